@@ -1,0 +1,3 @@
+from remat_cli.cli import main
+
+main()

@@ -1,0 +1,253 @@
+"""The remat-graph v1 format (DESIGN.md §1): pydantic models, validation and the canonical hash.
+
+A graph is bipartite: *values* (tensors) and *nodes* (operators). Solvers that think of one
+output per node (Checkmate, Moccasin, FastSA) use :class:`NodeView`, which folds each node's
+outputs into one block of memory that is kept and freed together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Role = Literal["input", "parameter", "intermediate"]
+Phase = Literal["forward", "backward", "loss", "other"]
+
+GRAPH_FORMAT = "remat-graph"
+GRAPH_VERSION = 1
+
+
+class GraphError(ValueError):
+    """A graph that breaks the contract; the message names the offending id."""
+
+
+class Value(BaseModel):
+    """One tensor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    size: int = Field(ge=0, description="bytes")
+    role: Role = "intermediate"
+    dtype: str | None = None
+    shape: list[int | str] | None = None
+
+    @property
+    def resident(self) -> bool:
+        return self.role != "intermediate"
+
+
+class Node(BaseModel):
+    """One operator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    inputs: list[str] = Field(default_factory=list)
+    outputs: list[str] = Field(min_length=1)
+    cost: float = Field(default=1.0, ge=0)
+    workspace: int = Field(default=0, ge=0, description="temporary bytes while it runs")
+    op: str | None = None
+    phase: Phase | None = None
+    grad_of: str | None = None
+    recomputable: bool = True
+    device_costs: dict[str, float] | None = None
+    source: list[str] | None = Field(default=None, description="runtime names it stands for")
+
+
+class Graph(BaseModel):
+    """A dataflow graph: remat-graph v1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["remat-graph"] = GRAPH_FORMAT
+    version: Literal[1] = GRAPH_VERSION
+    name: str = "graph"
+    cost_unit: str | None = None
+    values: list[Value]
+    nodes: list[Node]
+    outputs: list[str]
+    order: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Graph:
+        _validate(self)
+        return self
+
+    # ---- lookups (graphs are treated as immutable once built) ----
+    @cached_property
+    def value_map(self) -> dict[str, Value]:
+        return {v.id: v for v in self.values}
+
+    @cached_property
+    def node_map(self) -> dict[str, Node]:
+        return {n.id: n for n in self.nodes}
+
+    @cached_property
+    def producer(self) -> dict[str, str]:
+        return {v: n.id for n in self.nodes for v in n.outputs}
+
+    @cached_property
+    def consumers(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {v.id: [] for v in self.values}
+        for n in self.nodes:
+            for v in dict.fromkeys(n.inputs):
+                out[v].append(n.id)
+        return out
+
+    @cached_property
+    def topo_order(self) -> list[str]:
+        """`order` if given, else the order of `nodes` (validated to be topological)."""
+        return list(self.order) if self.order is not None else [n.id for n in self.nodes]
+
+    @cached_property
+    def resident_bytes(self) -> int:
+        return sum(v.size for v in self.values if v.resident)
+
+    @cached_property
+    def needed_nodes(self) -> set[str]:
+        """Nodes some graph output depends on; the others never need to run."""
+        needed: set[str] = set()
+        stack = [self.producer[v] for v in self.outputs if v in self.producer]
+        while stack:
+            n = stack.pop()
+            if n in needed:
+                continue
+            needed.add(n)
+            stack.extend(self.producer[v] for v in self.node_map[n].inputs if v in self.producer)
+        return needed
+
+    @cached_property
+    def node_view(self) -> NodeView:
+        return NodeView(self)
+
+    def canonical_json(self) -> str:
+        return json.dumps(
+            self.model_dump(mode="json", exclude_none=True),
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1, exclude_none=True)
+
+
+def _validate(g: Graph) -> None:
+    def dup(ids: Iterable[str], what: str) -> None:
+        seen: set[str] = set()
+        for i in ids:
+            if i in seen:
+                raise GraphError(f"duplicate {what} id {i!r}")
+            seen.add(i)
+
+    dup((v.id for v in g.values), "value")
+    dup((n.id for n in g.nodes), "node")
+    values = {v.id: v for v in g.values}
+    producer: dict[str, str] = {}
+    for n in g.nodes:
+        for v in n.inputs:
+            if v not in values:
+                raise GraphError(f"node {n.id!r} reads unknown value {v!r}")
+        for v in n.outputs:
+            if v not in values:
+                raise GraphError(f"node {n.id!r} writes unknown value {v!r}")
+            if v in producer:
+                raise GraphError(f"value {v!r} is produced by both {producer[v]!r} and {n.id!r}")
+            if values[v].resident:
+                raise GraphError(f"value {v!r} is a {values[v].role} but node {n.id!r} produces it")
+            producer[v] = n.id
+        if len(set(n.outputs)) != len(n.outputs):
+            raise GraphError(f"node {n.id!r} lists an output twice")
+        if set(n.inputs) & set(n.outputs):
+            raise GraphError(f"node {n.id!r} reads its own output")
+    for v in g.values:
+        if not v.resident and v.id not in producer:
+            raise GraphError(f"intermediate value {v.id!r} has no producer")
+    for v in g.outputs:
+        if v not in values:
+            raise GraphError(f"graph output {v!r} is not a value")
+    node_ids = {n.id for n in g.nodes}
+    if g.order is not None:
+        dup(g.order, "order entry")
+        for n in g.order:
+            if n not in node_ids:
+                raise GraphError(f"order names unknown node {n!r}")
+        missing = node_ids - set(g.order)
+        if missing:
+            raise GraphError(f"order misses node {sorted(missing)[0]!r}")
+    _check_acyclic_and_order(g, producer)
+
+
+def _check_acyclic_and_order(g: Graph, producer: dict[str, str]) -> None:
+    nodes = {n.id: n for n in g.nodes}
+    preds = {n.id: {producer[v] for v in n.inputs if v in producer} for n in g.nodes}
+    # Kahn's algorithm; whatever is left over lies on a cycle.
+    indeg = {n: len(p) for n, p in preds.items()}
+    succs: dict[str, list[str]] = {n: [] for n in nodes}
+    for n, ps in preds.items():
+        for p in ps:
+            succs[p].append(n)
+    ready = [n for n, d in indeg.items() if d == 0]
+    seen = 0
+    while ready:
+        n = ready.pop()
+        seen += 1
+        for s in succs[n]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    if seen != len(nodes):
+        stuck = sorted(n for n, d in indeg.items() if d > 0)
+        raise GraphError(f"graph has a cycle through node {stuck[0]!r}")
+    if g.order is not None:
+        pos = {n: i for i, n in enumerate(g.order)}
+        for n, ps in preds.items():
+            for p in ps:
+                if pos[p] > pos[n]:
+                    raise GraphError(f"order is not topological: {p!r} must come before {n!r}")
+
+
+class NodeView:
+    """The graph folded to one memory block per node, indexed 0..N-1 in topological `order`.
+
+    Used by the solvers whose papers assume one output per operator. ``mem[i]`` is the sum of
+    node i's output sizes, ``preds[i]`` the nodes producing its intermediate inputs, and
+    ``keep[i]`` whether one of its outputs is a graph output (so it is live at the end).
+    """
+
+    def __init__(self, g: Graph):
+        self.graph = g
+        self.ids: list[str] = [n for n in g.topo_order]
+        self.index: dict[str, int] = {n: i for i, n in enumerate(self.ids)}
+        nodes = [g.node_map[n] for n in self.ids]
+        vm = g.value_map
+        self.mem: list[int] = [sum(vm[v].size for v in n.outputs) for n in nodes]
+        self.cost: list[float] = [n.cost for n in nodes]
+        self.workspace: list[int] = [n.workspace for n in nodes]
+        self.recomputable: list[bool] = [n.recomputable for n in nodes]
+        self.preds: list[list[int]] = [
+            sorted({self.index[g.producer[v]] for v in n.inputs if v in g.producer}) for n in nodes
+        ]
+        self.succs: list[list[int]] = [[] for _ in nodes]
+        for i, ps in enumerate(self.preds):
+            for p in ps:
+                self.succs[p].append(i)
+        outs = set(g.outputs)
+        self.keep: list[bool] = [any(v in outs for v in n.outputs) for n in nodes]
+        self.needed: list[bool] = [n in g.needed_nodes for n in self.ids]
+        self.resident: int = g.resident_bytes
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        return [(p, i) for i, ps in enumerate(self.preds) for p in ps]

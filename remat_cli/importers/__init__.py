@@ -1,0 +1,55 @@
+"""Read any supported graph file into a Graph; the format is detected from the content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from remat_cli.graph import Graph, GraphError
+from remat_cli.importers.nx import from_node_link, looks_like_node_link
+
+
+def _pydantic_message(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    msg = err.get("msg", str(e))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return f"{where}: {msg}" if where else msg
+
+
+def graph_from_data(data: Any, name: str | None = None) -> Graph:
+    """A Graph from parsed JSON: remat-graph or networkx node-link."""
+    try:
+        if isinstance(data, dict) and data.get("format") == "remat-graph":
+            return Graph.model_validate(data)
+        if looks_like_node_link(data):
+            return from_node_link(data, name=name)
+    except ValidationError as e:
+        raise GraphError(_pydantic_message(e)) from None
+    raise GraphError("JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)")
+
+
+def load_graph(path: str | Path, **onnx_options: Any) -> Graph:
+    """Load ONNX, remat-graph JSON or networkx node-link JSON, whatever the file is called.
+
+    `onnx_options` go to the ONNX importer (input_shapes, batch, cost).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise GraphError(f"cannot read {path}: {e.strerror}") from None
+    head = raw.lstrip()[:1]
+    if head in (b"{", b"["):
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise GraphError(f"{path} is not valid JSON: {e}") from None
+        return graph_from_data(data, name=path.stem)
+    from remat_cli.importers.onnx import from_onnx_file
+
+    return from_onnx_file(path, **onnx_options)

@@ -226,6 +226,8 @@ class EngineSettings:
     hint: np.ndarray | None = None
     relax: bool = False
     deterministic: bool = False
+    #: LP algorithm for relax=True: "" (engine default), "primal", "dual", "barrier", "first_order"
+    lp_algorithm: str = ""
     on_solution: Callable[[np.ndarray, float], None] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
     #: extra engine log lines go here (None: dropped)
@@ -398,6 +400,8 @@ def _solve_mathopt(
     if backend == "cpsat":
         params.threads = max(1, s.threads)
         params.random_seed = s.seed
+        # the MIP importer refuses variables with bounds above mip_max_bound (1e7 by default)
+        params.cp_sat.mip_max_bound = 1e15
         if s.deterministic and time_left is not None:
             # a seeded single-worker CP-SAT run is reproducible only when it stops on work done
             params.cp_sat.max_deterministic_time = max(0.05, 0.5 * time_left)
@@ -405,6 +409,11 @@ def _solve_mathopt(
         params.random_seed = s.seed
     else:
         params.random_seed = s.seed
+    if relax and s.lp_algorithm:
+        params.lp_algorithm = parameters_pb2.LPAlgorithmProto.Value(
+            "LP_ALGORITHM_"
+            + {"primal": "PRIMAL_SIMPLEX", "dual": "DUAL_SIMPLEX"}.get(s.lp_algorithm, s.lp_algorithm.upper())
+        )
     if not relax:
         params.relative_gap_tolerance = s.rel_gap
         params.absolute_gap_tolerance = 1e-9

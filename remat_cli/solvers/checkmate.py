@@ -129,6 +129,7 @@ class CheckmateModel:
     free_k: np.ndarray
     FREE: np.ndarray
     cost_scale: float
+    unit: float = 1.0  # bytes-per-scale units per model memory unit
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ---- solution <-> matrices ----
@@ -163,17 +164,31 @@ class CheckmateModel:
             u = float(S[tt, :tt] @ st.mem[:tt]) if tt else 0.0
             for k in range(tt + 1):
                 u += R[tt, k] * st.mem[k]
-                x[self.U[_tri(tt, k)]] = u
+                x[self.U[_tri(tt, k)]] = u / self.unit
                 u -= freed[tt, k]
         return x
 
 
 def build_model(
-    st: Stages, capacity: int | None = None, integer_u: bool = False, free_form: str = "product"
+    st: Stages,
+    capacity: int | None = None,
+    integer_u: bool = False,
+    free_form: str = "product",
+    tighten: bool = True,
 ) -> CheckmateModel:
-    """The Checkmate MILP of the module docstring, built in bulk (see remat_cli.milp.engine)."""
+    """The Checkmate MILP of the module docstring, built in bulk (see remat_cli.milp.engine).
+
+    Memory is in gcd units when `integer_u` (CP-SAT's all-integer model); otherwise it is
+    normalised so that the capacity is 1, which keeps the LP well scaled (HiGHS solves the CM1
+    relaxation ~8× faster than with raw units). The decoded schedule is simulated in bytes, so a
+    tolerance-sized overshoot is caught (see ``Checkmate.solve``).
+    """
     T = st.T
-    cap = st.capacity if capacity is None else capacity
+    cap_units = st.capacity if capacity is None else capacity
+    unit = 1.0 if integer_u else float(max(cap_units, 1))
+    cap = cap_units / unit
+    mem = st.mem / unit
+    wsp = st.ws / unit
     m = LinearModel("checkmate")
     ntri = T * (T + 1) // 2
     base_cost = float(st.cost.sum()) or 1.0
@@ -192,7 +207,7 @@ def build_model(
     s_ub = np.where(s_fix, st.keep[is_], 1).astype(float)
     S = m.add_vars(len(ts), lb=s_lb, ub=s_ub, integer=True)
     # ---- U
-    U = m.add_vars(ntri, lb=0.0, ub=float(max(cap, 0)), integer=integer_u)
+    U = m.add_vars(ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
     # ---- FREE: (t, i, k) for k ≤ t, i ∈ DEPS[k] ∪ {k}
     ft: list[np.ndarray] = []
     fi: list[np.ndarray] = []
@@ -296,6 +311,9 @@ def build_model(
             np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
         )
 
+    if tighten:
+        _add_dominance(m, st, R, S)
+
     # eqs. (13)–(15): memory recurrence, one equality per (t, k)
     ur, uc, uv = [], [], []
     t_, k_ = np.tril_indices(T)
@@ -303,7 +321,7 @@ def build_model(
     rows = np.arange(n)
     ur += [rows, rows]
     uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
-    uv += [np.ones(n), -st.mem[k_].astype(float)]
+    uv += [np.ones(n), -mem[k_].astype(float)]
     first = k_ == 0
     later = ~first
     # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
@@ -317,49 +335,119 @@ def build_model(
     nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
     ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
     uc.append(FREE[nxt])
-    uv.append(st.mem[free_i[nxt]].astype(float))
+    uv.append(mem[free_i[nxt]].astype(float))
     # k = 0: − Σ_{i<t} M_i S[t,i]
     tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
     ur.append(_tri(tS, 0))
     uc.append(S[_stri(tS, iS)])
-    uv.append(-st.mem[iS].astype(float))
+    uv.append(-mem[iS].astype(float))
     m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
 
     # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
-    wk = st.ws[k_] > 0
+    wk = wsp[k_] > 0
     if wk.any():
         r = np.arange(int(wk.sum()))
         m.add_constraints(
             np.concatenate([r, r]),
             np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
-            np.concatenate([np.ones(len(r)), st.ws[k_[wk]].astype(float)]),
+            np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
             -np.inf,
-            float(cap),
+            cap,
         )
-    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale)
+    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+
+
+def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> None:
+    """Cuts that keep at least one optimum: every recomputation and every checkpoint is used.
+
+    From any optimal (R, S), dropping a recomputation that no node of its stage reads and that is
+    not carried on, a checkpoint that is neither read in its stage nor carried on, or a
+    recomputation of a block that is already checkpointed, lowers cost and memory and keeps
+    eqs. (11)–(12); repeating this ends in a solution that satisfies, for i < t,
+      (D1) R[t,i] ≤ S[t+1,i] + Σ_{j ∈ USERS[i], j ≤ t} R[t,j]
+      (D2) S[t,i] ≤ S[t+1,i] + Σ_{j ∈ USERS[i], j ≤ t} R[t,j]
+      (D3) R[t,i] + S[t,i] ≤ 1.
+    They remove the useless (and symmetric) parts of the search space the MILP engines would
+    otherwise branch over; the optimum value is unchanged (checked against brute force).
+    """
+    T = st.T
+    t_, i_ = np.tril_indices(T, -1)  # i < t
+    n = len(t_)
+    rows = np.arange(n)
+    # users j of i with j ≤ t: loop over edges (i, j), vectorised over the rows with t ≥ j
+    ur, uc = [], []
+    # an index (t, i) → row, then one slice per edge (i, j) over the stages t ≥ j
+    row_of = np.full((T, T), -1, dtype=np.int64)
+    row_of[t_, i_] = rows
+    for i in range(T):
+        for j in st.succs[i]:
+            ts = np.arange(j, T)
+            ur.append(row_of[ts, i])
+            uc.append(R[_tri(ts, j)])
+    users_r = np.concatenate(ur) if ur else np.zeros(0, np.int64)
+    users_c = np.concatenate(uc) if uc else np.zeros(0, np.int64)
+    for own in (R[_tri(t_, i_)], S[_stri(t_, i_)]):
+        m.add_constraints(
+            np.concatenate([rows, rows, users_r]),
+            np.concatenate([own, S[_stri(t_ + 1, i_)], users_c]),
+            np.concatenate([np.ones(n), -np.ones(n), -np.ones(len(users_r))]),
+            -np.inf,
+            0.0,
+            count=n,
+        )
+    m.add_constraints(
+        np.concatenate([rows, rows]),
+        np.concatenate([R[_tri(t_, i_)], S[_stri(t_, i_)]]),
+        1.0,
+        -np.inf,
+        1.0,
+        count=n,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # Decoding
 
 
-def minimal_R(st: Stages, S: np.ndarray) -> np.ndarray:
-    """The least R compatible with S: stage t computes t, every node whose block must be live on
-    entry to stage t+1 but is not live on entry to t, and — backwards — every missing input of a
-    node it computes. Any feasible (R, S) has R ≥ minimal_R(S) (eqs. 11, 12)."""
+def minimal_R(st: Stages, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least R compatible with S, and S without its unused checkpoints.
+
+    Stage t computes t, every node whose block must be live on entry to stage t+1 but is not live
+    on entry to t, and — backwards — every missing input of a node it computes. Any feasible
+    (R, S) has R ≥ minimal_R(S) (eqs. 11, 12). Stages are processed last to first so that a
+    checkpoint S[t,i] that stage t neither reads nor carries on is dropped (it changes nothing in
+    the decoded schedule; the MILP's dominance cuts D2 require it).
+    """
     T = st.T
+    S = S.copy()
     R = np.zeros((T, T), dtype=bool)
-    for t in range(T):
+    for t in range(T - 1, -1, -1):
         R[t, t] = True
         for k in range(t - 1, -1, -1):
+            used = any(R[t, j] for j in st.succs[k] if j <= t)
             if S[t, k]:
+                S[t, k] = bool(S[t + 1, k]) or used
                 continue
-            R[t, k] = bool(S[t + 1, k]) or any(R[t, j] for j in st.succs[k] if j <= t)
-    return R
+            R[t, k] = bool(S[t + 1, k]) or used
+    return S, R
+
+
+def repair_S(st: Stages, S: np.ndarray) -> np.ndarray:
+    """Make S carry every block of a non-recomputable node from its stage to its last need."""
+    if st.recomputable.all():
+        return S
+    S = S.copy()
+    while True:
+        _, R = minimal_R(st, S)
+        bad = [(t, k) for k in np.flatnonzero(~st.recomputable) for t in np.flatnonzero(R[:, k]) if t != k]
+        if not bad:
+            return S
+        for t, k in bad:
+            S[k + 1 : t + 1, k] = True
 
 
 def sequence_from_S(st: Stages, S: np.ndarray) -> list[str]:
-    R = minimal_R(st, S)
+    _, R = minimal_R(st, S)
     return [st.ids[k] for t in range(st.T) for k in range(t + 1) if R[t, k]]
 
 
@@ -404,7 +492,7 @@ def hint_vector(cm: CheckmateModel, steps: list[Step]) -> np.ndarray | None:
     S = S_from_steps(cm.stages, steps)
     if S is None:
         return None
-    x = cm.vector(S, minimal_R(cm.stages, S))
+    x = cm.vector(*minimal_R(cm.stages, S))
     return x if cm.model.violation(x) <= 1e-6 else None
 
 
@@ -455,7 +543,15 @@ class Checkmate(Solver):
             "MILP engine (auto = gurobi when licensed for the model, else highs)",
             choices=("auto", "highs", "scip", "cpsat", "gurobi"),
         ),
-        Param("rel_gap", float, 1e-6, "relative MIP gap at which a solution counts as optimal"),
+        Param("rel_gap", float, 1e-4, "relative MIP gap at which a solution counts as optimal"),
+        Param(
+            "free_form",
+            str,
+            "product",
+            "FREE linearisation: product (one bound per factor, tighter) or hazard (the paper's κ form)",
+            choices=("product", "hazard"),
+        ),
+        Param("lp_warm_start", bool, True, "when no schedule fits, warm-start from Checkmate's LP rounding"),
     )
 
     def availability(self) -> tuple[str, str]:  # type: ignore[override]
@@ -475,7 +571,7 @@ class Checkmate(Solver):
         st = stages_of(graph, budget)
         backend = str(p["backend"])
         integer_u = backend == "cpsat"
-        params = {"backend": backend, "rel_gap": float(p["rel_gap"])}
+        params = {"backend": backend, "rel_gap": float(p["rel_gap"]), "free_form": str(p["free_form"])}
         warm = warm_start_steps(graph, budget, options)
         fallback_peak = min(simulate(graph, s).peak_memory for _, s in warm)
         if st.capacity < 0 or st.T == 0:
@@ -488,19 +584,54 @@ class Checkmate(Solver):
                 message="budget is below the resident inputs and parameters",
                 best_peak=fallback_peak,
             )
-        cm = build_model(st, integer_u=integer_u)
-        # warm start: the first candidate that fits the model and the budget
-        hint = None
-        hint_src = ""
-        for src, steps in warm:
-            if simulate(graph, steps).peak_memory > budget:
-                continue
+        cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+        hint, hint_src = self._warm_start(graph, budget, options, cm, warm, bool(p["lp_warm_start"]))
+        res = run_checkmate(cm, options, backend, params, hint, hint_src, fallback_peak)
+        # memory is normalised for the engines; a tolerance-sized overshoot of the byte budget is
+        # possible in principle: tighten the capacity by the overshoot and solve again
+        for _ in range(3):
+            if res.steps is None or simulate(graph, res.steps).peak_memory <= budget:
+                break
+            over = simulate(graph, res.steps).peak_memory - budget
+            st.capacity -= -(-over // st.scale)
+            if st.capacity < 0 or (options.remaining() is not None and options.remaining() <= 0):
+                break
+            cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+            res = run_checkmate(cm, options, backend, params, None, "", fallback_peak)
+            res.message = (
+                res.message or ""
+            ) + "; re-solved with the capacity tightened by a tolerance overshoot"
+        return res
+
+    def _warm_start(
+        self,
+        graph: Graph,
+        budget: int,
+        options: SolveOptions,
+        cm: CheckmateModel,
+        warm: list[tuple[str, list[Step]]],
+        lp_rounding: bool,
+    ) -> tuple[np.ndarray | None, str]:
+        """The first candidate schedule that fits the model, else the best LP rounding."""
+        cands = [(src, steps) for src, steps in warm if simulate(graph, steps).peak_memory <= budget]
+        if not cands and lp_rounding:
+            from remat_cli.solvers.checkmate_lp import best_rounding
+
+            # the LP is a fraction of the work: give it at most a quarter of the time
+            sub = SolveOptions(
+                time_limit=None if options.time_limit is None else 0.25 * (options.remaining() or 0.0),
+                seed=options.seed,
+                workers=options.workers,
+            )
+            rr = best_rounding(graph, budget, sub, 0.9, 20)
+            if rr.best is not None:
+                cands.append((f"LP rounding ({rr.best[3]})", rr.best[2]))
+        for src, steps in cands:
             hint = hint_vector(cm, steps)
             if hint is not None:
-                hint_src = src
-                options.incumbent(steps_from_S(st, cm.S_matrix(hint)))
-                break
-        return run_checkmate(cm, options, backend, params, hint, hint_src, fallback_peak)
+                options.incumbent(steps_from_S(cm.stages, cm.S_matrix(hint)))
+                return hint, src
+        return None, ""
 
 
 def run_checkmate(
@@ -527,7 +658,7 @@ def run_checkmate(
         )
 
     es = engine_settings(options, backend)
-    es.rel_gap = float(params.get("rel_gap", 1e-6))
+    es.rel_gap = float(params.get("rel_gap", 1e-4))
     es.hint = hint
     es.on_solution = on_solution
     es.on_progress = on_progress

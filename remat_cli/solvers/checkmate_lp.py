@@ -55,7 +55,7 @@ def lp_S(cm: CheckmateModel, options: SolveOptions) -> tuple[np.ndarray | None, 
     t, i = np.tril_indices(T + 1, -1)
     sel = t >= 1
     S[t[sel], i[sel]] = res.x[cm.S[t[sel] * (t[sel] - 1) // 2 + i[sel]]]
-    return S, res.objective / cm.cost_scale if res.objective is not None else None, res.backend
+    return S, cm.real_cost(res.objective), res.backend
 
 
 def round_schedules(

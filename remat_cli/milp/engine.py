@@ -230,6 +230,9 @@ class EngineSettings:
     lp_algorithm: str = ""
     on_solution: Callable[[np.ndarray, float], None] | None = None
     on_progress: Callable[[dict[str, Any]], None] | None = None
+    #: engine-specific options, e.g. {"highs": {"mip_heuristic_effort": 0.3}} (HiGHS option
+    #: names; CP-SAT: SatParameters fields; gurobi: parameter names)
+    engine_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: extra engine log lines go here (None: dropped)
     on_log: Callable[[str], None] | None = None
 
@@ -417,6 +420,20 @@ def _solve_mathopt(
     if not relax:
         params.relative_gap_tolerance = s.rel_gap
         params.absolute_gap_tolerance = 1e-9
+    for key, val in s.engine_options.get(backend, {}).items():
+        if backend == "highs":
+            group = (
+                params.highs.bool_options
+                if isinstance(val, bool)
+                else params.highs.int_options
+                if isinstance(val, int)
+                else params.highs.double_options
+                if isinstance(val, float)
+                else params.highs.string_options
+            )
+            group[key] = val
+        elif backend == "cpsat":
+            setattr(params.cp_sat, key, val)
     mparams = model_parameters_pb2.ModelSolveParametersProto()
     if s.hint is not None and not relax:
         h = mparams.solution_hints.add()
@@ -554,6 +571,8 @@ def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None
         if time_left is not None:
             g.Params.TimeLimit = max(time_left, 0.01)
         g.Params.Threads = max(1, s.threads)
+        for key, val in s.engine_options.get("gurobi", {}).items():
+            g.setParam(key, val)
         g.Params.Seed = s.seed
         if not s.relax:
             g.Params.MIPGap = s.rel_gap

@@ -39,6 +39,7 @@ Memory is scaled by the gcd of all block sizes and workspaces (exact: the budget
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,6 +460,98 @@ def repair_S(st: Stages, S: np.ndarray) -> np.ndarray:
             S[k + 1 : t + 1, k] = True
 
 
+def improve_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray:
+    """Local search for the warm start: replace a recomputation by keeping the block live.
+
+    For each recomputation R[t,k] (k < t), checkpoint k in every stage from its previous
+    computation up to t; accept when the decoded schedule stays within `budget` and costs less.
+    Repeats until no move helps or `deadline` (time.monotonic()) passes.
+    """
+    graph = st.graph
+    S, R = minimal_R(st, S)
+    cost = float((R * st.cost[None, :]).sum())
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        cand = [(st.cost[k], t, k) for t, k in zip(*np.nonzero(np.tril(R, -1)), strict=True)]
+        for _, t, k in sorted(cand, reverse=True):  # the dearest recomputations first
+            if time.monotonic() >= deadline:
+                break
+            if not R[t, k]:
+                continue
+            prev = np.flatnonzero(R[:t, k])
+            if not len(prev):
+                continue
+            S2 = S.copy()
+            S2[prev[-1] + 1 : t + 1, k] = True
+            S2, R2 = minimal_R(st, S2)
+            c2 = float((R2 * st.cost[None, :]).sum())
+            if c2 >= cost - 1e-12:
+                continue
+            seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R2[tt, j]]
+            if simulate(graph, steps_from_sequence(graph, seq)).peak_memory <= budget:
+                S, R, cost = S2, R2, c2
+                improved = True
+    return S
+
+
+def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray | None:
+    """Greedy repair for the warm start: from an over-budget S (e.g. the baseline's), drop the
+    checkpoint that removes the most overflow per unit of added recomputation, until it fits.
+
+    Overflow = Σ over compute instants of max(0, memory − budget). A move un-keeps block i from
+    the first stage whose entry overflows up to and including its next reading stage (where
+    minimal_R recomputes it). None when the deadline passes or no move reduces the overflow.
+    """
+    graph = st.graph
+
+    def evaluate(S_: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
+        S_, R_ = minimal_R(st, S_)
+        seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R_[tt, j]]
+        sim = simulate(graph, steps_from_sequence(graph, seq), keep_profile=True)
+        prof = np.asarray(sim.profile, dtype=float)
+        # the profile interleaves frees; computes are what the budget constrains
+        over = float(np.maximum(prof - budget, 0.0).sum())
+        return over, sim.cost, S_, R_
+
+    over, cost, S, R = evaluate(S)
+    while over > 0:
+        if time.monotonic() >= deadline:
+            return None
+        # the first stage whose computations overflow
+        stage_of = [tt for tt in range(st.T) for j in range(tt + 1) if R[tt, j]]
+        seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R[tt, j]]
+        sim = simulate(graph, steps_from_sequence(graph, seq), keep_profile=True)
+        k = 0
+        t_star = st.T - 1
+        for step_mem, step in zip(sim.profile, steps_from_sequence(graph, seq), strict=True):
+            if step.op == "compute":
+                if step_mem > budget:
+                    t_star = stage_of[k]
+                    break
+                k += 1
+        best: tuple[float, np.ndarray] | None = None
+        for i in np.flatnonzero(S[t_star, :t_star] & st.recomputable[:t_star]):
+            S2 = S.copy()
+            tt = t_star
+            while tt < st.T and S2[tt, i]:
+                S2[tt, i] = False
+                if any(R[tt, j] for j in st.succs[i] if j <= tt):
+                    break
+                tt += 1
+            o2, c2, _, _ = evaluate(S2)
+            if o2 < over - 1e-9:
+                score = max(c2 - cost, 0.0) / (over - o2)
+                if best is None or score < best[0]:
+                    best = (score, S2)
+            if time.monotonic() >= deadline:
+                return None
+        if best is None:
+            return None
+        over, cost, S, R = evaluate(best[1])
+    return S
+
+
 def sequence_from_S(st: Stages, S: np.ndarray) -> list[str]:
     _, R = minimal_R(st, S)
     return [st.ids[k] for t in range(st.T) for k in range(t + 1) if R[t, k]]
@@ -629,25 +722,54 @@ class Checkmate(Solver):
         warm: list[tuple[str, list[Step]]],
         lp_rounding: bool,
     ) -> tuple[np.ndarray | None, str]:
-        """The first candidate schedule that fits the model, else the best LP rounding."""
-        cands = [(src, steps) for src, steps in warm if simulate(graph, steps).peak_memory <= budget]
+        """The cheapest candidate that fits the model, so the engine has an incumbent at once.
+
+        Candidates: the user's hint and the greedy schedule when within budget; the baseline
+        repaired by :func:`greedy_repair_S`; and, when none of those fits, Checkmate's LP
+        rounding. The chosen one is polished by :func:`improve_S`. Each heuristic gets a share of
+        the time limit (15%, LP 25%; 30 s caps without one).
+        """
+        st = cm.stages
+
+        def share(frac: float) -> float:
+            rem = options.remaining()
+            return min(30.0, frac * rem) if rem is not None else 30.0
+
+        cands: list[tuple[float, str, np.ndarray]] = []
+
+        def add(src: str, S: np.ndarray | None) -> None:
+            if S is None:
+                return
+            S, R = minimal_R(st, S)
+            seq = [st.ids[j] for t in range(st.T) for j in range(t + 1) if R[t, j]]
+            sim = simulate(graph, steps_from_sequence(graph, seq))
+            if sim.peak_memory <= budget:
+                cands.append((sim.cost, src, S))
+
+        base_S = None
+        for src, steps in warm:
+            S = S_from_steps(st, steps)
+            if src == "baseline":
+                base_S = S
+            add(src, S)
+        if not cands and base_S is not None:
+            add(
+                "baseline + greedy repair",
+                greedy_repair_S(st, base_S, budget, time.monotonic() + share(0.15)),
+            )
         if not cands and lp_rounding:
             from remat_cli.solvers.checkmate_lp import best_rounding
 
-            # the LP is a fraction of the work: give it at most a quarter of the time
-            sub = SolveOptions(
-                time_limit=None if options.time_limit is None else 0.25 * (options.remaining() or 0.0),
-                seed=options.seed,
-                workers=options.workers,
-            )
+            sub = SolveOptions(time_limit=share(0.25), seed=options.seed, workers=options.workers)
             rr = best_rounding(graph, budget, sub, 0.9, 20)
             if rr.best is not None:
-                cands.append((f"LP rounding ({rr.best[3]})", rr.best[2]))
-        for src, steps in cands:
-            hint = hint_vector(cm, steps)
-            if hint is not None:
-                options.incumbent(steps_from_S(cm.stages, cm.S_matrix(hint)))
-                return hint, src
+                add(f"LP rounding ({rr.best[3]})", S_from_steps(st, rr.best[2]))
+        for _, src, S in sorted(cands, key=lambda c: c[0]):
+            S = improve_S(st, S, budget, time.monotonic() + share(0.1))
+            x = cm.vector(*minimal_R(st, S))
+            if cm.model.violation(x) <= 1e-6:
+                options.incumbent(steps_from_S(st, cm.S_matrix(x)))
+                return x, src + " + local search"
         return None, ""
 
 
@@ -676,6 +798,7 @@ def run_checkmate(
     es = engine_settings(options, backend)
     es.rel_gap = float(params.get("rel_gap", 1e-4))
     es.hint = hint
+    es.engine_options = dict(params.get("engine_options", {}))
     es.on_solution = on_solution
     es.on_progress = on_progress
     try:

@@ -136,7 +136,7 @@ def main() -> None:
                         "cpus": os.cpu_count(),
                         "python": platform.python_version(),
                         "load_avg_at_end": os.getloadavg(),
-                        "note": "shared 2-core machine loaded by ~6 other helpers' jobs: times are pessimistic",
+                        "note": "shared 2-core machine, other helpers' jobs running: times are pessimistic",
                     },
                     "rows": rows,
                 },

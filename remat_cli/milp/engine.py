@@ -44,8 +44,10 @@ CP-SAT works on integers: every variable must be integer and every constraint co
 bound integral (scale memory by the gcd of the sizes before building); the objective may be
 fractional. ``solve`` says so in ``message`` and falls back when that does not hold.
 
-Speed (Checkmate on random_layered_n250: ~250k columns, ~600k nonzeros) — filling the proto
-from numpy takes well under a second; see ``bench/results/checkmate_build.json``.
+Speed, measured on the Checkmate model of random_layered_n250 at 90% (T = 250: 223,844 columns,
+769,982 rows, 2.06 M nonzeros) on the loaded 2-core dev machine: numpy build 1.4 s, CSR 0.7 s,
+ModelProto fill 3.6 s — against minutes through ``mathopt.Model`` Python expressions. The
+``LinearModel`` arrays are backend-neutral, so H-ILP and Checkmate share this path.
 """
 
 from __future__ import annotations

@@ -496,40 +496,36 @@ def improve_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.nda
 
 
 def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray | None:
-    """Greedy repair for the warm start: from an over-budget S (e.g. the baseline's), drop the
-    checkpoint that removes the most overflow per unit of added recomputation, until it fits.
+    """Greedy repair for the warm start: from an over-budget S (e.g. the baseline's), fix the
+    first overflowing stage by dropping the checkpoint that removes the most of its overflow per
+    unit of added recomputation, and move on to the next overflowing stage until all fit.
 
-    Overflow = Σ over compute instants of max(0, memory − budget). A move un-keeps block i from
-    the first stage whose entry overflows up to and including its next reading stage (where
-    minimal_R recomputes it). None when the deadline passes or no move reduces the overflow.
+    Overflow of a stage = Σ over its compute instants of max(0, memory − budget). A move un-keeps
+    block i from stage t* up to and including its next reading stage (where minimal_R recomputes
+    it); it only changes stages ≥ t* − 1 and never raises memory before t*, so the first
+    overflowing stage only moves right. None when the deadline passes or no move helps.
     """
     graph = st.graph
 
-    def evaluate(S_: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
+    def evaluate(S_: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
         S_, R_ = minimal_R(st, S_)
+        stage_of = [tt for tt in range(st.T) for j in range(tt + 1) if R_[tt, j]]
         seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R_[tt, j]]
-        sim = simulate(graph, steps_from_sequence(graph, seq), keep_profile=True)
-        prof = np.asarray(sim.profile, dtype=float)
-        # the profile interleaves frees; computes are what the budget constrains
-        over = float(np.maximum(prof - budget, 0.0).sum())
+        steps = steps_from_sequence(graph, seq)
+        sim = simulate(graph, steps, keep_profile=True)
+        over = np.zeros(st.T)
+        k = 0
+        for mem, step in zip(sim.profile, steps, strict=True):
+            if step.op == "compute":
+                over[stage_of[k]] += max(0, mem - budget)
+                k += 1
         return over, sim.cost, S_, R_
 
     over, cost, S, R = evaluate(S)
-    while over > 0:
+    while over.any():
         if time.monotonic() >= deadline:
             return None
-        # the first stage whose computations overflow
-        stage_of = [tt for tt in range(st.T) for j in range(tt + 1) if R[tt, j]]
-        seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R[tt, j]]
-        sim = simulate(graph, steps_from_sequence(graph, seq), keep_profile=True)
-        k = 0
-        t_star = st.T - 1
-        for step_mem, step in zip(sim.profile, steps_from_sequence(graph, seq), strict=True):
-            if step.op == "compute":
-                if step_mem > budget:
-                    t_star = stage_of[k]
-                    break
-                k += 1
+        t_star = int(np.flatnonzero(over)[0])
         best: tuple[float, np.ndarray] | None = None
         for i in np.flatnonzero(S[t_star, :t_star] & st.recomputable[:t_star]):
             S2 = S.copy()
@@ -540,8 +536,10 @@ def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> 
                     break
                 tt += 1
             o2, c2, _, _ = evaluate(S2)
-            if o2 < over - 1e-9:
-                score = max(c2 - cost, 0.0) / (over - o2)
+            first2 = int(np.flatnonzero(o2)[0]) if o2.any() else st.T
+            gain = over[t_star] if first2 > t_star else over[t_star] - o2[t_star]
+            if first2 >= t_star and gain > 1e-9:
+                score = max(c2 - cost, 0.0) / gain
                 if best is None or score < best[0]:
                     best = (score, S2)
             if time.monotonic() >= deadline:

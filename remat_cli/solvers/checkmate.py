@@ -694,6 +694,18 @@ class Checkmate(Solver):
             )
         cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
         hint, hint_src = self._warm_start(graph, budget, options, cm, warm, bool(p["lp_warm_start"]))
+        if options.time_limit is not None and (options.remaining() or 0.0) < 1.0:
+            # no time left for the engine: hand back the warm start (HiGHS overruns tiny limits)
+            if hint is None:
+                return SolverResult(
+                    steps=None, status="unknown", params=params, message="time limit reached before the MILP"
+                )
+            return SolverResult(
+                steps=steps_from_S(st, cm.S_matrix(hint)),
+                status="feasible",
+                params=params,
+                message=f"time limit reached before the MILP; warm start: {hint_src}",
+            )
         res = run_checkmate(cm, options, backend, params, hint, hint_src, fallback_peak)
         # memory is normalised for the engines; a tolerance-sized overshoot of the byte budget is
         # possible in principle: tighten the capacity by the overshoot and solve again
@@ -755,7 +767,9 @@ class Checkmate(Solver):
                 "baseline + greedy repair",
                 greedy_repair_S(st, base_S, budget, time.monotonic() + share(0.15)),
             )
-        if not cands and lp_rounding:
+        rem = options.remaining()
+        # the LP of a large model can take tens of seconds and HiGHS does not stop mid-presolve
+        if not cands and lp_rounding and (rem is None or rem >= 40.0):
             from remat_cli.solvers.checkmate_lp import best_rounding
 
             sub = SolveOptions(time_limit=share(0.25), seed=options.seed, workers=options.workers)

@@ -30,7 +30,10 @@ API
     seeded single-worker run is reproducible), ``on_solution(x, objective)`` called for each
     new incumbent while the engine runs (CP-SAT, SCIP and Gurobi report them; HiGHS does not
     expose incumbents through MathOpt, so only the final one), ``on_progress(facts)`` with
-    ``elapsed``, ``objective``, ``bound``, ``gap`` (HiGHS: parsed from its log lines).
+    ``elapsed``, ``objective``, ``bound``, ``gap`` (HiGHS: parsed from its log lines),
+    ``lp_algorithm`` (relax only: ``primal``, ``dual``, ``barrier``, ``first_order``),
+    ``engine_options`` (per backend: ``{"highs": {"mip_heuristic_effort": 0.3}}`` — HiGHS option
+    names, CP-SAT SatParameters fields, Gurobi parameter names), ``on_log`` (engine log lines).
 
 ``solve(model, settings) -> MilpResult``
     ``status``: ``optimal`` (proved within ``rel_gap``), ``feasible`` (a solution, limit hit),

@@ -1,0 +1,505 @@
+"""FastSA: simulated annealing over a node sequence with an add-max segment tree and node grouping.
+
+Imanishi, Xu, Takagi, Wang, Castillo, "A fast heuristic to optimize time-space tradeoff for large
+models", NeurIPS 2023 (``papers/fastsa.txt``): §2 (problem, SA, segment tree, grouping), App. B
+(node-intermediate memory, memory-minimising ordering), App. C (node grouping, logaddexp tree)
+and App. D.4 (initialisation and temperature schedule).
+
+The graph is folded to one memory block per node (``NodeView``). A state is a fixed-length
+sequence of nodes and ``nop`` slots (§2.2, App. D.4); mutations add a node at a nop slot, remove
+one, or rotate one to another slot, subject to the validity conditions of §2.2; the peak M(S) is
+maintained incrementally in a range-add / range-max segment tree (§2.1.1, §2.2.1) by the compiled
+kernel in :mod:`remat_cli.solvers.fastsa_kernel`. The objective is eq. (1)
+``max(budget, M)·C`` or, by default, the budget-respecting variant of footnote 2 of §3.1.
+
+Two stages (§2.2.2, App. C.1, App. D.4): a first SA on grouped nodes (Algorithm 1 with the
+``do_fuse`` rule) that stops as soon as the budget is met, then a second, colder SA on the
+decomposed nodes that removes redundant computations. The best schedule found goes through
+``steps_from_sequence`` (free after last use) and the project simulator.
+
+Determinism: the kernel draws from its own xorshift generator seeded by ``options.seed`` and runs
+in fixed-size chunks; every stopping decision depends on iteration counts only. A time limit is
+turned into an iteration budget with a fixed assumed rate (``rate`` iterations per second), so
+the same seed gives the same schedule whatever the machine's speed; only when the machine is
+slower than that rate does the wall-clock safety net stop earlier, and the message then says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat_cli.graph import Graph, NodeView
+from remat_cli.schedule import Step, simulate, steps_from_sequence
+from remat_cli.solvers import fastsa_kernel as K
+from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+
+#: iterations per kernel call; stopping is only decided between chunks
+CHUNK = 1 << 16
+#: nop slots per node when (re)spreading a sequence (T is the next power of two)
+SPACING = 8
+#: extra copies a node may gain over its initial count (more is rejected as an invalid add)
+COPIES = 16
+
+
+@dataclass
+class Problem:
+    """The SA's node set: original nodes (one per needed node) or groups (App. C.1).
+
+    ``members[i]`` lists the NodeView indices node i runs, in topological order; ``mem`` is the
+    block it outputs, ``ws`` its node-intermediate memory (App. B.1).
+    """
+
+    members: list[list[int]]
+    preds: list[list[int]]
+    mem: np.ndarray
+    ws: np.ndarray
+    cost: np.ndarray
+    keep: np.ndarray
+    addrem: np.ndarray  # may be added / removed (recomputable); rotation is always allowed
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def kernel_tuple(self, T: int, copies: np.ndarray) -> tuple:
+        """The constant half of the kernel state for T slots; ``copies[i]`` is the initial count."""
+        n = self.size
+        pred_ptr = np.zeros(n + 1, dtype=np.int64)
+        for i, ps in enumerate(self.preds):
+            pred_ptr[i + 1] = pred_ptr[i] + len(ps)
+        pred_idx = np.array([q for ps in self.preds for q in ps], dtype=np.int64)
+        # one spare slot so that a rotation can add before it removes
+        pcap = np.where(self.addrem, copies + COPIES, np.maximum(copies, 1)).astype(np.int64) + 1
+        pbase = np.zeros(n, dtype=np.int64)
+        pbase[1:] = np.cumsum(pcap)[:-1]
+        ucap = np.zeros(n, dtype=np.int64)
+        for i, ps in enumerate(self.preds):
+            for q in ps:
+                ucap[q] += pcap[i]
+        ubase = np.zeros(n, dtype=np.int64)
+        ubase[1:] = np.cumsum(ucap)[:-1]
+        add_list = np.flatnonzero(self.addrem).astype(np.int64)
+        biggest = float(max(1, int(self.mem.max(initial=0)), int(self.ws.max(initial=0))))
+        lscale = 10.0 / biggest  # App. C.2: the largest value becomes 10
+        return (
+            T,
+            T,
+            pred_ptr,
+            pred_idx,
+            self.mem.astype(np.int64),
+            self.ws.astype(np.int64),
+            self.cost.astype(np.float64),
+            self.keep.astype(np.uint8),
+            self.addrem.astype(np.uint8),
+            add_list,
+            pbase,
+            pcap,
+            ubase,
+            lscale,
+        ), int(pcap.sum()), int(ucap.sum())
+
+
+def original_problem(nv: NodeView) -> Problem:
+    """The needed nodes of the NodeView, one SA node each; unneeded nodes never run."""
+    ids = [i for i in range(len(nv)) if nv.needed[i]]
+    local = {v: k for k, v in enumerate(ids)}
+    return Problem(
+        members=[[i] for i in ids],
+        preds=[[local[q] for q in nv.preds[i]] for i in ids],
+        mem=np.array([nv.mem[i] for i in ids], dtype=np.int64),
+        ws=np.array([nv.workspace[i] for i in ids], dtype=np.int64),
+        cost=np.array([nv.cost[i] for i in ids], dtype=np.float64),
+        keep=np.array([nv.keep[i] for i in ids], dtype=bool),
+        addrem=np.array([nv.recomputable[i] for i in ids], dtype=bool),
+    )
+
+
+def group_nodes(nv: NodeView) -> Problem:
+    """Node grouping, Algorithm 1 of App. C.1 over the needed nodes in topological order.
+
+    ``do_fuse(n_i)``: fuse n_i into every later node that consumes its output when its inputs take
+    no more memory than its output, ``sum s(input(n_i)) <= sum s(output(n_i))``; n_i becomes nop.
+    The grouped node of n_i and n_j follows §2.2.2: c(g) = c(n_i) + c(n_j), input(g) =
+    input(n_i) ∪ (input(n_j) \\ output(n_i)), output(g) = output(n_j) (the block of n_i is consumed
+    inside). Constituents shared by both are run once (the groups are sets of original nodes).
+    Resident inputs (model inputs, parameters) are always in memory, so they count as 0 in
+    do_fuse. Graph outputs are never fused (their block must stay), nor are ``recomputable:
+    false`` nodes, which fusing into several consumers would duplicate (§2.3).
+    The node-intermediate memory of a group is estimated from the values produced and used
+    within it (App. B.1): the most its internal blocks (plus a member's workspace) take at any
+    member's compute instant, an upper bound on what running the members in order needs beyond
+    the group's inputs and output.
+    """
+    ids = [i for i in range(len(nv)) if nv.needed[i]]
+    inputs: dict[int, set[int]] = {i: set(nv.preds[i]) for i in ids}
+    consumers: dict[int, set[int]] = {i: {c for c in nv.succs[i] if nv.needed[c]} for i in ids}
+    members: dict[int, set[int]] = {i: {i} for i in ids}
+    alive = dict.fromkeys(ids, True)
+    for i in ids:
+        if nv.keep[i] or not nv.recomputable[i] or not consumers[i]:
+            continue
+        if sum(nv.mem[q] for q in inputs[i]) > nv.mem[i]:  # do_fuse
+            continue
+        for j in consumers[i]:
+            members[j] |= members[i]
+            inputs[j] = (inputs[j] | inputs[i]) - {i}
+        for q in inputs[i]:
+            consumers[q].discard(i)
+            consumers[q] |= consumers[i]
+        alive[i] = False
+    heads = [i for i in ids if alive[i]]
+    local = {h: k for k, h in enumerate(heads)}
+    mlists = [sorted(members[h]) for h in heads]
+    return Problem(
+        members=mlists,
+        preds=[sorted(local[q] for q in inputs[h]) for h in heads],
+        mem=np.array([nv.mem[h] for h in heads], dtype=np.int64),
+        ws=np.array([_group_workspace(nv, ms) for ms in mlists], dtype=np.int64),
+        cost=np.array([sum(nv.cost[m] for m in ms) for ms in mlists], dtype=np.float64),
+        keep=np.array([nv.keep[h] for h in heads], dtype=bool),
+        addrem=np.array([all(nv.recomputable[m] for m in ms) for ms in mlists], dtype=bool),
+    )
+
+
+def _group_workspace(nv: NodeView, ms: list[int]) -> int:
+    """App. B.1 estimate for a group run as ``ms`` (topological; the head, last, is its output)."""
+    head = ms[-1]
+    inside = set(ms)
+    last_use = {m: k for k, m in enumerate(ms)}
+    for k, m in enumerate(ms):
+        for q in nv.preds[m]:
+            if q in inside:
+                last_use[q] = k
+    live = 0
+    worst = 0
+    for k, m in enumerate(ms):
+        out = nv.mem[m] if m != head else 0
+        worst = max(worst, live + out + nv.workspace[m])
+        live += out
+        for q in nv.preds[m]:
+            if q in inside and q != head and last_use[q] == k:
+                live -= nv.mem[q]
+    return worst
+
+
+@dataclass
+class Best:
+    order: np.ndarray | None = None  # compact sequence of SA node indices
+    cost: float = math.inf
+    peak: float = math.inf
+
+
+class State:
+    """The mutable half of the kernel state for a problem and T slots."""
+
+    def __init__(self, prob: Problem, order: np.ndarray, seed: int, log_cap: int):
+        self.prob = prob
+        self.copies = np.bincount(order, minlength=prob.size).astype(np.int64)
+        mixed = ((seed + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        self.rng = np.array([mixed | 1], dtype=np.uint64)
+        self.fstate = np.zeros(K.F_LEN, dtype=np.float64)
+        self.istate = np.zeros(K.I_LEN, dtype=np.int64)
+        self.log_t = np.zeros(log_cap, dtype=np.int32)
+        self.log_n = np.zeros(log_cap, dtype=np.int32)
+        self.T = 0
+        self.lse = False
+        self.respread(order)
+
+    def respread(self, order: np.ndarray) -> None:
+        """Lay ``order`` out evenly (App. D.4) in T >= SPACING·len slots and rebuild everything."""
+        T = 64
+        while T < SPACING * (len(order) + 1):
+            T *= 2
+        if T != self.T:
+            self.T = T
+            self.kt, pcap, ucap = self.prob.kernel_tuple(T, self.copies)
+            self.P = np.zeros(pcap, dtype=np.int32)
+            self.U = np.zeros(max(ucap, 1), dtype=np.int32)
+            self.nprod = np.zeros(self.prob.size, dtype=np.int32)
+            self.nuse = np.zeros(self.prob.size, dtype=np.int32)
+            self.occ = np.zeros(T, dtype=np.int32)
+            self.occpos = np.zeros(T, dtype=np.int32)
+            self.tr = np.zeros(2 * T, dtype=np.int64)
+            self.td = np.zeros(2 * T, dtype=np.int64)
+            self.set_lse(self.lse)
+        self.seq = K.spread(order.astype(np.int32), T)
+        K.rebuild(self.kt, self.st)
+
+    def set_lse(self, on: bool) -> None:
+        self.lse = on
+        size = 2 * self.T if on else 0
+        self.lt = np.zeros(size, dtype=np.float64)
+        self.ld = np.zeros(size, dtype=np.float64)
+
+    @property
+    def st(self) -> tuple:
+        return (
+            self.seq,
+            self.occ,
+            self.occpos,
+            self.P,
+            self.nprod,
+            self.U,
+            self.nuse,
+            self.tr,
+            self.td,
+            self.lt,
+            self.ld,
+            self.fstate,
+            self.istate,
+            self.rng,
+            self.log_t,
+            self.log_n,
+        )
+
+    def order(self) -> np.ndarray:
+        return self.seq[self.seq >= 0].copy()
+
+    @property
+    def peak(self) -> int:
+        """M(S) without the resident bytes: the root of the max tree."""
+        return int(self.tr[1])
+
+    @property
+    def cost(self) -> float:
+        return float(self.fstate[K.F_COST])
+
+
+def expand(prob: Problem, order: np.ndarray) -> list[int]:
+    """Decompose grouped nodes into their members (§2.2.2): NodeView indices in sequence."""
+    out: list[int] = []
+    for g in order:
+        out.extend(prob.members[int(g)])
+    return out
+
+
+class FastSA(Solver):
+    name = "fastsa"
+    method = "simulated annealing over a node sequence (segment tree, node grouping)"
+    paper = "Imanishi et al., A fast heuristic to optimize time-space tradeoff for large models (NeurIPS'23)"
+    exact = False
+    params = (
+        Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)"),
+        Param("iterations2", int, 2_000_000, "second-stage SA iterations on decomposed nodes (App. D.4: 2M)"),
+        Param("grouping", bool, True, "node grouping before the first stage (App. C.1, Algorithm 1)"),
+        Param("no_recompute", bool, False, "only reorder, never recompute (App. B.2)"),
+        Param("logaddexp", bool, False, "range-add/range-logaddexp tree for the objective (App. C.2)"),
+        Param(
+            "objective",
+            str,
+            "elu",
+            "elu: footnote 2 of §3.1 (budget-respecting); max: eq. (1) max(budget, M)·C",
+            choices=("elu", "max"),
+        ),
+        Param("initial_temperature", float, 1e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
+        Param("final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"),
+        Param("stop_at_budget", bool, True, "end the first stage once the budget is met (§3.1)"),
+        Param(
+            "patience",
+            int,
+            0,
+            "end a stage after this many iterations without a better feasible cost (0: never)",
+        ),
+        Param("rate", float, 1.0e6, "assumed iterations/s that turns --time-limit into an iteration budget"),
+    )
+
+    def notes(self) -> str:
+        return (
+            "Heuristic (no optimality proof). Deterministic for a seed: a time limit becomes an "
+            "iteration budget at the assumed --rate."
+        )
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        p = self.defaults() | options.params
+        nv = graph.node_view
+        resident = float(nv.resident)
+        base_prob = original_problem(nv)
+        if base_prob.size == 0:
+            return SolverResult(steps=[], status="feasible", backend="numba", objective=0.0)
+        no_rec = bool(p["no_recompute"])
+        if no_rec:
+            base_prob.addrem[:] = False
+        grouped = group_nodes(nv) if (p["grouping"] and not no_rec) else None
+        n1 = max(0, int(p["iterations"]))
+        n2 = max(0, int(p["iterations2"]))
+        capped = ""
+        if options.time_limit is not None:
+            allowed = int(max(0.0, options.time_limit) * float(p["rate"]))
+            if n1 + n2 > allowed:
+                scale = allowed / (n1 + n2)
+                n1, n2 = int(n1 * scale), int(n2 * scale)
+                capped = f" (iterations scaled to {n1}+{n2} for the time limit at {p['rate']:.0f}/s)"
+        mode = {"elu": K.OBJ_ELU, "max": K.OBJ_MAX}[p["objective"]]
+        run = _Run(graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"]))
+
+        # first stage: grouped nodes, until the budget is met (App. D.4)
+        prob1 = grouped if grouped is not None else base_prob
+        order1 = np.arange(prob1.size, dtype=np.int64)  # topological `order` with groups in it
+        state1 = State(prob1, order1, options.seed, 2 * CHUNK + 4)
+        state1.set_lse(run.lse)
+        K.rebuild(state1.kt, state1.st)
+        f0 = run.objective(state1)
+        h0 = float(p["initial_temperature"]) * f0
+        hf = h0 * float(p["final_temperature"])
+        best1 = run.stage(1, state1, n1, h0, hf, bool(p["stop_at_budget"]), no_rec)
+
+        # second stage: decomposed nodes, colder (App. D.4)
+        order2 = np.array(
+            [base_index for base_index in _to_base(base_prob, expand(prob1, state1.order()))], dtype=np.int64
+        )
+        state2 = State(base_prob, order2, options.seed + 1, 2 * CHUNK + 4)
+        state2.set_lse(run.lse)
+        K.rebuild(state2.kt, state2.st)
+        best2 = run.stage(2, state2, n2, hf, hf * float(p["final_temperature"]), False, no_rec)
+
+        candidates = [
+            expand(prob1, best1.feas.order) if best1.feas.order is not None else None,
+            expand(prob1, best1.low.order) if best1.low.order is not None else None,
+            expand(base_prob, best2.feas.order) if best2.feas.order is not None else None,
+            expand(base_prob, best2.low.order) if best2.low.order is not None else None,
+            expand(base_prob, state2.order()),
+        ]
+        chosen = run.choose([c for c in candidates if c is not None])
+        steps, peak, cost = chosen
+        msg = f"{run.iterations} iterations{capped}"
+        if run.wall_stopped:
+            msg += "; stopped by the wall clock before the iteration budget (not deterministic)"
+        feasible = peak <= budget
+        return SolverResult(
+            steps=steps,
+            status="feasible" if feasible else "infeasible",
+            backend="numba",
+            objective=cost,
+            message=msg,
+            best_peak=None if feasible else peak,
+            params={"iterations_run": run.iterations},
+        )
+
+
+def _to_base(base_prob: Problem, nv_indices: list[int]) -> list[int]:
+    local = {m[0]: k for k, m in enumerate(base_prob.members)}
+    return [local[i] for i in nv_indices]
+
+
+@dataclass
+class StageBest:
+    feas: Best
+    low: Best
+
+
+class _Run:
+    """Chunked driver of one solve: stages, stopping, incumbents and progress."""
+
+    def __init__(self, graph: Graph, nv: NodeView, budget: float, resident: float, mode: int, lse: bool,
+                 options: SolveOptions, patience: int):  # fmt: skip
+        self.graph = graph
+        self.nv = nv
+        self.budget = max(budget, 1.0)
+        self.resident = resident
+        self.mode = mode
+        self.lse = lse
+        self.options = options
+        self.patience = patience
+        self.iterations = 0
+        self.wall_stopped = False
+        base_cost = sum(nv.cost[i] for i in range(len(nv)) if nv.needed[i])
+        # keeps f(S) informative when every cost is 0
+        self.c_floor = 1e-9 * base_cost if base_cost > 0 else 1.0
+        self.best_cost = math.inf
+        self.last_report = 0.0
+
+    def objective(self, s: State) -> float:
+        m = float(s.peak) + self.resident
+        return K.objective(m, s.cost + self.c_floor, self.budget, self.mode, 1.0)
+
+    def stage(self, stage: int, s: State, n_iter: int, h0: float, hf: float, stop_at_budget: bool,
+              no_rec: bool) -> StageBest:  # fmt: skip
+        feas, low = Best(), Best()
+        m0 = float(s.peak) + self.resident
+        if m0 <= self.budget:
+            feas = Best(s.order(), s.cost, m0)
+        low = Best(s.order(), s.cost, m0)
+        if stop_at_budget and m0 <= self.budget:
+            return StageBest(feas, low)
+        p_add, p_rem = (0.0, 0.0) if no_rec else (1.0 / 3.0, 1.0 / 3.0)
+        ratio = (hf / h0) ** (1.0 / n_iter) if n_iter > 0 and h0 > 0 else 1.0
+        it = 0
+        since_better = 0
+        while it < n_iter:
+            n = min(CHUNK, n_iter - it)
+            h = h0 * (hf / h0) ** (it / n_iter) if h0 > 0 else 0.0
+            base = s.seq.copy()
+            fs, ist = s.fstate, s.istate
+            fs[K.F_BEST_FEAS_COST] = feas.cost
+            fs[K.F_BEST_FEAS_PEAK] = feas.peak
+            fs[K.F_BEST_PEAK] = low.peak
+            fs[K.F_BEST_PEAK_COST] = low.cost
+            ist[K.I_LOG_LEN] = 0
+            ist[K.I_MARK_FEAS] = -1
+            ist[K.I_MARK_PEAK] = -1
+            ist[K.I_MET] = 0
+            done = K.sa_chunk(s.kt, s.st, n, self.budget, self.resident, self.c_floor, self.mode, h, ratio,
+                              p_add, p_rem, stop_at_budget)  # fmt: skip
+            it += done
+            self.iterations += done
+            improved = False
+            if ist[K.I_MARK_FEAS] >= 0:
+                snap = base.copy()
+                K.apply_log(snap, s.log_t, s.log_n, int(ist[K.I_MARK_FEAS]))
+                feas = Best(snap[snap >= 0].copy(), float(fs[K.F_BEST_FEAS_COST]), float(fs[K.F_BEST_FEAS_PEAK]))
+                improved = True
+            if ist[K.I_MARK_PEAK] >= 0:
+                snap = base.copy()
+                K.apply_log(snap, s.log_t, s.log_n, int(ist[K.I_MARK_PEAK]))
+                low = Best(snap[snap >= 0].copy(), float(fs[K.F_BEST_PEAK_COST]), float(fs[K.F_BEST_PEAK]))
+            since_better = 0 if improved else since_better + done
+            self._report(stage, it, s, feas, low, h, improved)
+            if ist[K.I_MET]:
+                break
+            if self.patience and feas.order is not None and since_better >= self.patience:
+                break
+            remaining = self.options.remaining()
+            if remaining is not None and remaining <= 0.0:
+                self.wall_stopped = True
+                break
+            # re-spread so that every gap has nops again, which also recomputes C and the trees
+            # exactly (no drift from millions of incremental updates)
+            s.respread(s.order())
+        return StageBest(feas, low)
+
+    def _report(self, stage: int, it: int, s: State, feas: Best, low: Best, h: float, improved: bool) -> None:
+        now = time.monotonic()
+        if improved and feas.cost < self.best_cost:
+            self.best_cost = feas.cost
+        if now - self.last_report < 0.5:
+            return
+        self.last_report = now
+        self.options.progress(
+            stage=stage,
+            iteration=it,
+            elapsed=now - self.options.started,
+            incumbent=None if feas.order is None else feas.cost,
+            peak=low.peak,
+            temperature=h,
+            current_peak=float(s.peak) + self.resident,
+            current_cost=s.cost,
+        )
+
+    def choose(self, candidates: list[list[int]]) -> tuple[list[Step], int, float]:
+        """The candidate the simulator finds within budget at least cost, else the lowest peak."""
+        best: tuple[tuple[int, float, float], list[Step], int, float] | None = None
+        ids = self.nv.ids
+        for cand in candidates:
+            steps = steps_from_sequence(self.graph, [ids[i] for i in cand])
+            sim = simulate(self.graph, steps)
+            over = sim.peak_memory > self.budget
+            key = (int(over), float(sim.peak_memory) if over else sim.cost, float(sim.peak_memory))
+            if best is None or key < best[0]:
+                best = (key, steps, sim.peak_memory, sim.cost)
+        assert best is not None
+        self.options.incumbent(best[1])
+        return best[1], best[2], best[3]

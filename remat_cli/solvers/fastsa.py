@@ -42,7 +42,7 @@ CHUNK = 1 << 16
 #: nop slots per node when (re)spreading a sequence (T is the next power of two)
 SPACING = 8
 #: extra copies a node may gain over its initial count (more is rejected as an invalid add)
-COPIES = 16
+COPIES = 4
 
 
 @dataclass
@@ -61,46 +61,40 @@ class Problem:
     keep: np.ndarray
     addrem: np.ndarray  # may be added / removed (recomputable); rotation is always allowed
 
+    def __post_init__(self) -> None:
+        n = self.size
+        self.pred_ptr = np.zeros(n + 1, dtype=np.int64)
+        self.pred_ptr[1:] = np.cumsum([len(ps) for ps in self.preds])
+        self.pred_idx = np.array([q for ps in self.preds for q in ps], dtype=np.int64)
+        self.edge_consumer = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.pred_ptr))
+        biggest = float(max(1, int(self.mem.max(initial=0)), int(self.ws.max(initial=0))))
+        self.lscale = 10.0 / biggest  # App. C.2: the largest value becomes 10
+
     @property
     def size(self) -> int:
         return len(self.members)
 
-    def kernel_tuple(self, T: int, copies: np.ndarray) -> tuple:
-        """The constant half of the kernel state for T slots; ``copies[i]`` is the initial count."""
+    def layout(self, copies: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """NI (static columns), NX and the size of PU for nodes that now run ``copies`` times.
+
+        A node may gain COPIES more copies before the next re-layout (more adds are rejected as
+        invalid); one spare production slot lets a rotation add before it removes.
+        """
         n = self.size
-        pred_ptr = np.zeros(n + 1, dtype=np.int64)
-        for i, ps in enumerate(self.preds):
-            pred_ptr[i + 1] = pred_ptr[i] + len(ps)
-        pred_idx = np.array([q for ps in self.preds for q in ps], dtype=np.int64)
-        # one spare slot so that a rotation can add before it removes
         pcap = np.where(self.addrem, copies + COPIES, np.maximum(copies, 1)).astype(np.int64) + 1
+        ucap = np.bincount(self.pred_idx, weights=pcap[self.edge_consumer], minlength=n).astype(np.int64)
+        region = pcap + ucap
         pbase = np.zeros(n, dtype=np.int64)
-        pbase[1:] = np.cumsum(pcap)[:-1]
-        ucap = np.zeros(n, dtype=np.int64)
-        for i, ps in enumerate(self.preds):
-            for q in ps:
-                ucap[q] += pcap[i]
-        ubase = np.zeros(n, dtype=np.int64)
-        ubase[1:] = np.cumsum(ucap)[:-1]
-        add_list = np.flatnonzero(self.addrem).astype(np.int64)
-        biggest = float(max(1, int(self.mem.max(initial=0)), int(self.ws.max(initial=0))))
-        lscale = 10.0 / biggest  # App. C.2: the largest value becomes 10
-        return (
-            T,
-            T,
-            pred_ptr,
-            pred_idx,
-            self.mem.astype(np.int64),
-            self.ws.astype(np.int64),
-            self.cost.astype(np.float64),
-            self.keep.astype(np.uint8),
-            self.addrem.astype(np.uint8),
-            add_list,
-            pbase,
-            pcap,
-            ubase,
-            lscale,
-        ), int(pcap.sum()), int(ucap.sum())
+        pbase[1:] = np.cumsum(region)[:-1]
+        NI = np.zeros((n, 8), dtype=np.int64)
+        NI[:, K.PB] = pbase
+        NI[:, K.UB] = pbase + pcap
+        NI[:, K.MEM] = self.mem
+        NI[:, K.PS] = self.pred_ptr[:-1]
+        NI[:, K.PE] = self.pred_ptr[1:]
+        NI[:, K.FL] = self.keep.astype(np.int64) * K.KEEP + self.addrem.astype(np.int64) * K.ADDREM
+        NX = np.stack([self.ws.astype(np.int64), pcap], axis=1)
+        return NI, np.ascontiguousarray(NX), int(region.sum())
 
 
 def original_problem(nv: NodeView) -> Problem:
@@ -196,9 +190,8 @@ class Best:
 class State:
     """The mutable half of the kernel state for a problem and T slots."""
 
-    def __init__(self, prob: Problem, order: np.ndarray, seed: int, log_cap: int):
+    def __init__(self, prob: Problem, order: np.ndarray, seed: int, log_cap: int, lse: bool = False):
         self.prob = prob
-        self.copies = np.bincount(order, minlength=prob.size).astype(np.int64)
         mixed = ((seed + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
         self.rng = np.array([mixed | 1], dtype=np.uint64)
         self.fstate = np.zeros(K.F_LEN, dtype=np.float64)
@@ -206,8 +199,8 @@ class State:
         self.log_t = np.zeros(log_cap, dtype=np.int32)
         self.log_n = np.zeros(log_cap, dtype=np.int32)
         self.T = 0
-        self.lse = False
-        self.respread(order)
+        self.lse = lse
+        self.respread(np.asarray(order, dtype=np.int64))
 
     def respread(self, order: np.ndarray) -> None:
         """Lay ``order`` out evenly (App. D.4) in T >= SPACING·len slots and rebuild everything."""
@@ -216,24 +209,18 @@ class State:
             T *= 2
         if T != self.T:
             self.T = T
-            self.kt, pcap, ucap = self.prob.kernel_tuple(T, self.copies)
-            self.P = np.zeros(pcap, dtype=np.int32)
-            self.U = np.zeros(max(ucap, 1), dtype=np.int32)
-            self.nprod = np.zeros(self.prob.size, dtype=np.int32)
-            self.nuse = np.zeros(self.prob.size, dtype=np.int32)
             self.occ = np.zeros(T, dtype=np.int32)
             self.occpos = np.zeros(T, dtype=np.int32)
-            self.tr = np.zeros(2 * T, dtype=np.int64)
-            self.td = np.zeros(2 * T, dtype=np.int64)
-            self.set_lse(self.lse)
+            self.tz = np.zeros(4 * T, dtype=np.int64)
+            self.lz = np.zeros(4 * T if self.lse else 0, dtype=np.float64)
+        copies = np.bincount(order, minlength=self.prob.size).astype(np.int64)
+        self.NI, NX, pu = self.prob.layout(copies)
+        self.PU = np.zeros(max(pu, 1), dtype=np.int32)
+        p = self.prob
+        add_list = np.flatnonzero(p.addrem).astype(np.int64)
+        self.kt = (T, T, p.lscale, NX, p.cost.astype(np.float64), p.pred_idx, add_list)
         self.seq = K.spread(order.astype(np.int32), T)
         K.rebuild(self.kt, self.st)
-
-    def set_lse(self, on: bool) -> None:
-        self.lse = on
-        size = 2 * self.T if on else 0
-        self.lt = np.zeros(size, dtype=np.float64)
-        self.ld = np.zeros(size, dtype=np.float64)
 
     @property
     def st(self) -> tuple:
@@ -241,14 +228,10 @@ class State:
             self.seq,
             self.occ,
             self.occpos,
-            self.P,
-            self.nprod,
-            self.U,
-            self.nuse,
-            self.tr,
-            self.td,
-            self.lt,
-            self.ld,
+            self.NI,
+            self.PU,
+            self.tz,
+            self.lz,
             self.fstate,
             self.istate,
             self.rng,
@@ -257,12 +240,12 @@ class State:
         )
 
     def order(self) -> np.ndarray:
-        return self.seq[self.seq >= 0].copy()
+        return self.seq[self.seq >= 0].astype(np.int64)
 
     @property
     def peak(self) -> int:
         """M(S) without the resident bytes: the root of the max tree."""
-        return int(self.tr[1])
+        return int(self.tz[2])
 
     @property
     def cost(self) -> float:
@@ -339,9 +322,7 @@ class FastSA(Solver):
         # first stage: grouped nodes, until the budget is met (App. D.4)
         prob1 = grouped if grouped is not None else base_prob
         order1 = np.arange(prob1.size, dtype=np.int64)  # topological `order` with groups in it
-        state1 = State(prob1, order1, options.seed, 2 * CHUNK + 4)
-        state1.set_lse(run.lse)
-        K.rebuild(state1.kt, state1.st)
+        state1 = State(prob1, order1, options.seed, 2 * CHUNK + 4, run.lse)
         f0 = run.objective(state1)
         h0 = float(p["initial_temperature"]) * f0
         hf = h0 * float(p["final_temperature"])
@@ -351,9 +332,7 @@ class FastSA(Solver):
         order2 = np.array(
             [base_index for base_index in _to_base(base_prob, expand(prob1, state1.order()))], dtype=np.int64
         )
-        state2 = State(base_prob, order2, options.seed + 1, 2 * CHUNK + 4)
-        state2.set_lse(run.lse)
-        K.rebuild(state2.kt, state2.st)
+        state2 = State(base_prob, order2, options.seed + 1, 2 * CHUNK + 4, run.lse)
         best2 = run.stage(2, state2, n2, hf, hf * float(p["final_temperature"]), False, no_rec)
 
         candidates = [
@@ -414,7 +393,7 @@ class _Run:
 
     def objective(self, s: State) -> float:
         m = float(s.peak) + self.resident
-        return K.objective(m, s.cost + self.c_floor, self.budget, self.mode, 1.0)
+        return K.objective(m, s.cost + self.c_floor, self.budget, self.mode)
 
     def stage(self, stage: int, s: State, n_iter: int, h0: float, hf: float, stop_at_budget: bool,
               no_rec: bool) -> StageBest:  # fmt: skip

@@ -44,6 +44,14 @@ OBJ_MAX, OBJ_ELU, OBJ_MEMORY = 0, 1, 2
 #: App. C.2: the large negative constant of nop leaves in the logaddexp tree
 LSE_BIG = 4096.0
 
+# columns of the per-node table NI (one 64-byte row per node, so that a node's bookkeeping is one
+# cache line): where its production times and use times start in PU, its block size, its
+# predecessor range in pred_idx, its production and use counts, and flags
+PB, UB, MEM, PS, PE, NP, NU, FL = 0, 1, 2, 3, 4, 5, 6, 7
+KEEP, ADDREM = 1, 2
+# columns of NX: workspace, capacity of the production list (one spare for rotations)
+WS, PCAP = 0, 1
+
 # fstate slots
 F_COST, F_OBJ, F_BEST_FEAS_COST, F_BEST_PEAK, F_BEST_PEAK_COST, F_TEMP, F_BEST_FEAS_PEAK = 0, 1, 2, 3, 4, 5, 6
 F_LEN = 7
@@ -78,7 +86,7 @@ def _unit(r: np.uint64) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# range-add / range-max segment tree (§2.1.1), bottom-up: tr[p] = max(tr[2p], tr[2p+1]) + td[p]
+# range-add / range-max segment tree (§2.1.1)
 # and the optional range-add / range-logaddexp tree (App. C.2) with the same layout
 
 
@@ -91,60 +99,73 @@ def _lae2(a: float, b: float) -> float:
 
 
 @njit(cache=True)
-def seg_add(tr: np.ndarray, td: np.ndarray, lt: np.ndarray, ld: np.ndarray, lscale: float, S: int,
-            lo: int, hi: int, x: int) -> None:  # fmt: skip
-    """Add x to A[i] for i in [lo, hi) — O(log T)."""
+def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: int, x: int) -> None:
+    """Add x to A[i] for i in [lo, hi) — O(log T).
+
+    Bottom-up layout, value and pending add of node p side by side for locality: tz[2p] =
+    max(tz[4p], tz[4p+2]) + tz[2p+1]; the leaves S..2S-1 hold A. Nodes fully inside the range get
+    the add; then the two boundary paths are recomputed towards the root, stopping early once
+    above the highest modified level nothing changes any more.
+    """
     if lo >= hi or x == 0:
         return
-    lse = lt.shape[0] > 0
+    lse = lz.shape[0] > 0
     xf = x * lscale
     l = lo + S
     r = hi + S
-    l0 = l >> 1
-    r0 = (r - 1) >> 1
+    l0 = l
+    r0 = r - 1
+    levels = 0
     while l < r:
         if l & 1:
-            tr[l] += x
-            td[l] += x
+            tz[2 * l] += x
+            tz[2 * l + 1] += x
             if lse:
-                lt[l] += xf
-                ld[l] += xf
+                lz[2 * l] += xf
+                lz[2 * l + 1] += xf
             l += 1
         if r & 1:
             r -= 1
-            tr[r] += x
-            td[r] += x
+            tz[2 * r] += x
+            tz[2 * r + 1] += x
             if lse:
-                lt[r] += xf
-                ld[r] += xf
+                lz[2 * r] += xf
+                lz[2 * r + 1] += xf
         l >>= 1
         r >>= 1
-    while l0 >= 1:
-        a = tr[2 * l0]
-        b = tr[2 * l0 + 1]
-        tr[l0] = (a if a > b else b) + td[l0]
-        if lse:
-            lt[l0] = _lae2(lt[2 * l0], lt[2 * l0 + 1]) + ld[l0]
-        if r0 != l0:
-            a = tr[2 * r0]
-            b = tr[2 * r0 + 1]
-            tr[r0] = (a if a > b else b) + td[r0]
-            if lse:
-                lt[r0] = _lae2(lt[2 * r0], lt[2 * r0 + 1]) + ld[r0]
+        levels += 1
+    level = 0
+    while l0 > 1:
         l0 >>= 1
         r0 >>= 1
+        level += 1
+        a = tz[4 * l0]
+        b = tz[4 * l0 + 2]
+        v = (a if a > b else b) + tz[2 * l0 + 1]
+        changed = v != tz[2 * l0]
+        tz[2 * l0] = v
+        if lse:
+            lz[2 * l0] = _lae2(lz[4 * l0], lz[4 * l0 + 2]) + lz[2 * l0 + 1]
+        if r0 != l0:
+            a = tz[4 * r0]
+            b = tz[4 * r0 + 2]
+            v = (a if a > b else b) + tz[2 * r0 + 1]
+            changed = changed or v != tz[2 * r0]
+            tz[2 * r0] = v
+            if lse:
+                lz[2 * r0] = _lae2(lz[4 * r0], lz[4 * r0 + 2]) + lz[2 * r0 + 1]
+        if not changed and not lse and level > levels:
+            return
 
 
 @njit(cache=True)
-def _lse_leaf(lt: np.ndarray, ld: np.ndarray, S: int, t: int, x: float) -> None:
+def _lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
     """Add x at one leaf of the logaddexp tree only (the nop constant of App. C.2)."""
     p = t + S
-    lt[p] += x
-    ld[p] += x
-    p >>= 1
-    while p >= 1:
-        lt[p] = _lae2(lt[2 * p], lt[2 * p + 1]) + ld[p]
+    lz[2 * p] += x
+    while p > 1:
         p >>= 1
+        lz[2 * p] = _lae2(lz[4 * p], lz[4 * p + 2]) + lz[2 * p + 1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,61 +207,61 @@ def _delete(a: np.ndarray, base: int, count: int, idx: int) -> None:
 
 
 @njit(cache=True)
-def _end(q: int, k: int, P: np.ndarray, pbase: np.ndarray, nprod: np.ndarray, U: np.ndarray,
-         ubase: np.ndarray, nuse: np.ndarray, keep: np.ndarray, T: int) -> int:  # fmt: skip
+def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
     """End e_k of the k-th production interval [p_k, e_k] of node q's block."""
-    pb = pbase[q]
-    p = P[pb + k]
-    if k + 1 < nprod[q]:
-        nxt = P[pb + k + 1]
+    pb = NI[q, PB]
+    p = PU[pb + k]
+    if k + 1 < NI[q, NP]:
+        nxt = PU[pb + k + 1]
     else:
-        if keep[q]:
+        if NI[q, FL] & KEEP:
             return T - 1
         nxt = T
-    ub = ubase[q]
-    j = _lower(U, ub, ub + nuse[q], nxt) - 1
-    if j >= ub and U[j] > p:
-        return U[j]
+    ub = NI[q, UB]
+    j = _lower(PU, ub, ub + NI[q, NU], nxt) - 1
+    if j >= ub and PU[j] > p:
+        return PU[j]
     return p
 
 
 @njit(cache=True)
-def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
+def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+         pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+         occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+         istate: np.ndarray) -> None:  # fmt: skip
     """Insert node n at the nop slot t (mutation 1 of §2.2), updating intervals and the tree."""
-    (T, S, pred_ptr, pred_idx, mem, ws, cost, keep, addrem, add_list, pbase, pcap, ubase, lscale) = prob
-    (seq, occ, occpos, P, nprod, U, nuse, tr, td, lt, ld, fstate, istate, rng, log_t, log_n) = st
-    pb = pbase[n]
-    npn = nprod[n]
-    k = _lower(P, pb, pb + npn, t) - pb
-    m = mem[n]
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t) - pb
+    m = NI[n, MEM]
     e_old = 0
     if k > 0:
-        e_old = _end(n, k - 1, P, pbase, nprod, U, ubase, nuse, keep, T)
-    _insert(P, pb, npn, pb + k, t)
-    nprod[n] = npn + 1
+        e_old = _end(n, k - 1, NI, PU, T)
+    _insert(PU, pb, npn, pb + k, t)
+    NI[n, NP] = npn + 1
     if k > 0:
         # case 2/3: the previous interval now ends at its last use before t
-        e_prev = _end(n, k - 1, P, pbase, nprod, U, ubase, nuse, keep, T)
+        e_prev = _end(n, k - 1, NI, PU, T)
         if e_prev < e_old:
-            seg_add(tr, td, lt, ld, lscale, S, e_prev + 1, e_old + 1, -m)
-    e_new = _end(n, k, P, pbase, nprod, U, ubase, nuse, keep, T)
-    seg_add(tr, td, lt, ld, lscale, S, t, e_new + 1, m)
+            seg_add(tz, lz, lscale, S, e_prev + 1, e_old + 1, -m)
+    e_new = _end(n, k, NI, PU, T)
+    seg_add(tz, lz, lscale, S, t, e_new + 1, m)
     # inputs: t becomes a use of every predecessor's production before t (extend, case 2)
-    for i in range(pred_ptr[n], pred_ptr[n + 1]):
+    for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
-        qb = pbase[q]
-        j = _lower(P, qb, qb + nprod[q], t) - qb - 1
-        e = _end(q, j, P, pbase, nprod, U, ubase, nuse, keep, T)
+        qb = NI[q, PB]
+        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e = _end(q, j, NI, PU, T)
         if e < t:
-            seg_add(tr, td, lt, ld, lscale, S, e + 1, t + 1, mem[q])
-        ub = ubase[q]
-        nu = nuse[q]
-        _insert(U, ub, nu, _lower(U, ub, ub + nu, t), t)
-        nuse[q] = nu + 1
+            seg_add(tz, lz, lscale, S, e + 1, t + 1, NI[q, MEM])
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        _insert(PU, ub, nu, _lower(PU, ub, ub + nu, t), t)
+        NI[q, NU] = nu + 1
     # node-intermediate memory at its compute instant (App. B.1)
-    seg_add(tr, td, lt, ld, lscale, S, t, t + 1, ws[n])
-    if lt.shape[0] > 0:
-        _lse_leaf(lt, ld, S, t, LSE_BIG)
+    seg_add(tz, lz, lscale, S, t, t + 1, NX[n, WS])
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t, LSE_BIG)
     seq[t] = n
     c = istate[I_NOCC]
     occ[c] = t
@@ -250,41 +271,42 @@ def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
 
 
 @njit(cache=True)
-def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
-    """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of do_add."""
-    (T, S, pred_ptr, pred_idx, mem, ws, cost, keep, addrem, add_list, pbase, pcap, ubase, lscale) = prob
-    (seq, occ, occpos, P, nprod, U, nuse, tr, td, lt, ld, fstate, istate, rng, log_t, log_n) = st
-    pb = pbase[n]
-    npn = nprod[n]
-    k = _lower(P, pb, pb + npn, t) - pb
-    m = mem[n]
-    e_cur = _end(n, k, P, pbase, nprod, U, ubase, nuse, keep, T)
+def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+            pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+            occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+            istate: np.ndarray) -> None:  # fmt: skip
+    """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of _add."""
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t) - pb
+    m = NI[n, MEM]
+    e_cur = _end(n, k, NI, PU, T)
     e_prev_old = 0
     if k > 0:
-        e_prev_old = _end(n, k - 1, P, pbase, nprod, U, ubase, nuse, keep, T)
-    seg_add(tr, td, lt, ld, lscale, S, t, e_cur + 1, -m)
-    _delete(P, pb, npn, pb + k)
-    nprod[n] = npn - 1
+        e_prev_old = _end(n, k - 1, NI, PU, T)
+    seg_add(tz, lz, lscale, S, t, e_cur + 1, -m)
+    _delete(PU, pb, npn, pb + k)
+    NI[n, NP] = npn - 1
     if k > 0:
         # case 4: the previous interval takes over the uses up to the next production
-        e_prev = _end(n, k - 1, P, pbase, nprod, U, ubase, nuse, keep, T)
+        e_prev = _end(n, k - 1, NI, PU, T)
         if e_prev > e_prev_old:
-            seg_add(tr, td, lt, ld, lscale, S, e_prev_old + 1, e_prev + 1, m)
-    for i in range(pred_ptr[n], pred_ptr[n + 1]):
+            seg_add(tz, lz, lscale, S, e_prev_old + 1, e_prev + 1, m)
+    for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
-        qb = pbase[q]
-        j = _lower(P, qb, qb + nprod[q], t) - qb - 1
-        e_old = _end(q, j, P, pbase, nprod, U, ubase, nuse, keep, T)
-        ub = ubase[q]
-        nu = nuse[q]
-        _delete(U, ub, nu, _lower(U, ub, ub + nu, t))
-        nuse[q] = nu - 1
+        qb = NI[q, PB]
+        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e_old = _end(q, j, NI, PU, T)
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        _delete(PU, ub, nu, _lower(PU, ub, ub + nu, t))
+        NI[q, NU] = nu - 1
         if e_old == t:  # t was the last use: shrink (case 2)
-            e_new = _end(q, j, P, pbase, nprod, U, ubase, nuse, keep, T)
-            seg_add(tr, td, lt, ld, lscale, S, e_new + 1, e_old + 1, -mem[q])
-    seg_add(tr, td, lt, ld, lscale, S, t, t + 1, -ws[n])
-    if lt.shape[0] > 0:
-        _lse_leaf(lt, ld, S, t, -LSE_BIG)
+            e_new = _end(q, j, NI, PU, T)
+            seg_add(tz, lz, lscale, S, e_new + 1, e_old + 1, -NI[q, MEM])
+    seg_add(tz, lz, lscale, S, t, t + 1, -NX[n, WS])
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t, -LSE_BIG)
     seq[t] = NOP
     c = istate[I_NOCC] - 1
     pos = occpos[t]
@@ -296,64 +318,72 @@ def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
     fstate[F_COST] -= cost[n]
 
 
+@njit(cache=True)
+def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
+    """_add on the packed state (for tests and callers outside the loop)."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+@njit(cache=True)
+def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
+    """_remove on the packed state."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
 # ---------------------------------------------------------------------------------------------
 # validity conditions of §2.2
 
 
 @njit(cache=True)
-def _inputs_ready(prob, st, n: int, t: int) -> bool:  # noqa: ANN001
+def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
     """Add condition: every input of n is produced before time t."""
-    pred_ptr, pred_idx, pbase = prob[2], prob[3], prob[10]
-    P, nprod = st[3], st[4]
-    for i in range(pred_ptr[n], pred_ptr[n + 1]):
+    for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
-        if nprod[q] == 0 or P[pbase[q]] >= t:
+        if NI[q, NP] == 0 or PU[NI[q, PB]] >= t:
             return False
     return True
 
 
 @njit(cache=True)
-def _no_use_between(prob, st, n: int, a: int, b: int) -> bool:  # noqa: ANN001
-    ubase = prob[12]
-    U, nuse = st[5], st[6]
-    ub = ubase[n]
-    end = ub + nuse[n]
-    i = _lower(U, ub, end, a + 1)
-    return i >= end or U[i] >= b
+def _no_use_between(n: int, a: int, b: int, NI: np.ndarray, PU: np.ndarray) -> bool:
+    ub = NI[n, UB]
+    end = ub + NI[n, NU]
+    i = _lower(PU, ub, end, a + 1)
+    return i >= end or PU[i] >= b
 
 
 @njit(cache=True)
-def can_remove(prob, st, n: int, t: int) -> bool:  # noqa: ANN001
+def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     """Remove condition: the output of n_t is produced before t, or nothing uses it before its
     next production (and a graph output keeps at least one production)."""
-    T, keep, pbase = prob[0], prob[7], prob[10]
-    P, nprod = st[3], st[4]
-    pb = pbase[n]
-    if P[pb] < t:
+    pb = NI[n, PB]
+    if PU[pb] < t:
         return True
-    if nprod[n] == 1:
-        if keep[n]:
+    if NI[n, NP] == 1:
+        if NI[n, FL] & KEEP:
             return False
         nxt = T
     else:
-        nxt = P[pb + 1]
-    return _no_use_between(prob, st, n, t, nxt)
+        nxt = PU[pb + 1]
+    return _no_use_between(n, t, nxt, NI, PU)
 
 
 @njit(cache=True)
-def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
+def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
     """Rotation (mutation 3) = add at t2 then remove at t1; valid iff both steps are."""
-    if not _inputs_ready(prob, st, n, t2):
+    if not _inputs_ready(n, t2, NI, PU, pred_idx):
         return False
-    pbase = prob[10]
-    P, nprod = st[3], st[4]
-    pb = pbase[n]
-    if P[pb] < t1 or t2 < t1:
+    pb = NI[n, PB]
+    if PU[pb] < t1 or t2 < t1:
         return True
-    nxt = P[pb + 1] if nprod[n] > 1 else prob[0]
+    nxt = PU[pb + 1] if NI[n, NP] > 1 else T
     if t2 < nxt:
         nxt = t2
-    return _no_use_between(prob, st, n, t1, nxt)
+    return _no_use_between(n, t1, nxt, NI, PU)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +391,7 @@ def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
 
 
 @njit(cache=True)
-def objective(M: float, C: float, B: float, mode: int, lscale: float) -> float:
+def objective(M: float, C: float, B: float, mode: int) -> float:
     """f(S). mode 0: eq. (1) max(budget, M)·C. mode 1 (footnote 2 of §3.1):
     L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-100) = 0. mode 2: M alone."""
     if mode == OBJ_MAX:
@@ -377,12 +407,11 @@ def objective(M: float, C: float, B: float, mode: int, lscale: float) -> float:
 
 
 @njit(cache=True)
-def _peak(st, resident: float, lscale: float) -> tuple[float, float]:  # noqa: ANN001
+def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tuple[float, float]:
     """(exact M(S), the M used by the objective: exact, or the logaddexp soft peak)."""
-    tr, lt = st[7], st[9]
-    m = float(tr[1]) + resident
-    if lt.shape[0] > 0:
-        soft = lt[1] / lscale + resident
+    m = float(tz[2]) + resident
+    if lz.shape[0] > 0:
+        soft = lz[2] / lscale + resident
         return m, (soft if soft > m else m)
     return m, m
 
@@ -401,11 +430,11 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     f(S') from the segment-tree root and the running cost, and keeps it by the Metropolis rule at
     temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
     a rejected mutation is undone by its inverse. Every accepted change is journalled (log_t,
-    log_n) and the journal positions of the best feasible state (least cost with M <= budget)
-    and of the least-peak state are recorded, so that the caller can rebuild them.
+    log_n) and the journal positions of the best feasible state (least cost with M <= budget,
+    then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
     """
-    (T, S, pred_ptr, pred_idx, mem, ws, cost, keep, addrem, add_list, pbase, pcap, ubase, lscale) = prob
-    (seq, occ, occpos, P, nprod, U, nuse, tr, td, lt, ld, fstate, istate, rng, log_t, log_n) = st
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
     n_add = add_list.shape[0]
     mask = T - 1
     n = 0
@@ -413,9 +442,8 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     t1 = 0
     t2 = 0
     kind = ADD
-    m_exact, m_obj = _peak(st, resident, lscale)
-    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, lscale)
-    fstate[F_OBJ] = f
+    m_exact, m_obj = _peak(tz, lz, resident, lscale)
+    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode)
     it = 0
     while it < n_iters:
         it += 1
@@ -429,22 +457,18 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 continue
             n = add_list[_below(r, n_add)]
             t = np.int64(r & np.uint64(mask))
-            if seq[t] != NOP or nprod[n] + 1 >= pcap[n] or not _inputs_ready(prob, st, n, t):
+            if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not _inputs_ready(n, t, NI, PU, pred_idx):
                 continue
-            do_add(prob, st, n, t)
-            t1 = t
-            t2 = t
+            _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         elif u < p_add + p_remove:
             kind = REMOVE
             if nocc == 0:
                 continue
             t = occ[_below(r, nocc)]
             n = seq[t]
-            if not addrem[n] or not can_remove(prob, st, n, t):
+            if not (NI[n, FL] & ADDREM) or not _can_remove(n, t, T, NI, PU):
                 continue
-            do_remove(prob, st, n, t)
-            t1 = t
-            t2 = t
+            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         else:
             kind = ROTATE
             if nocc == 0:
@@ -452,14 +476,14 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             t1 = occ[_below(r, nocc)]
             t2 = np.int64(r & np.uint64(mask))
             n = seq[t1]
-            if seq[t2] != NOP or not can_move(prob, st, n, t1, t2):
+            if seq[t2] != NOP or not _can_move(n, t1, t2, T, NI, PU, pred_idx):
                 continue
-            do_add(prob, st, n, t2)
-            do_remove(prob, st, n, t1)
+            _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            _remove(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         istate[I_VALID] += 1
-        m_exact, m_obj = _peak(st, resident, lscale)
+        m_exact, m_obj = _peak(tz, lz, resident, lscale)
         c = fstate[F_COST]
-        f_new = objective(m_obj, c + c_floor, budget, mode, lscale)
+        f_new = objective(m_obj, c + c_floor, budget, mode)
         d = f_new - f
         if d <= 0.0 or (h > 0.0 and _unit(_rand(rng)) < math.exp(-d / h)):
             f = f_new
@@ -498,12 +522,12 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 break
         else:
             if kind == ADD:
-                do_remove(prob, st, n, t)
+                _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
             elif kind == REMOVE:
-                do_add(prob, st, n, t)
+                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
             else:
-                do_add(prob, st, n, t1)
-                do_remove(prob, st, n, t2)
+                _add(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+                _remove(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
     fstate[F_OBJ] = f
     fstate[F_TEMP] = h
     return it
@@ -515,12 +539,16 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
 
 @njit(cache=True)
 def rebuild(prob, st) -> None:  # noqa: ANN001
-    """Recompute every derived array of st from st's seq alone, in O(T + sum of intervals)."""
-    (T, S, pred_ptr, pred_idx, mem, ws, cost, keep, addrem, add_list, pbase, pcap, ubase, lscale) = prob
-    (seq, occ, occpos, P, nprod, U, nuse, tr, td, lt, ld, fstate, istate, rng, log_t, log_n) = st
-    K = mem.shape[0]
-    nprod[:] = 0
-    nuse[:] = 0
+    """Recompute every derived array of st from its seq alone, in O(T + sum of intervals).
+
+    NI's static columns (PB, UB, MEM, PS, PE, FL) must be set; NP, NU, PU, occ, the trees and
+    the cost are recomputed.
+    """
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    K = NI.shape[0]
+    NI[:, NP] = 0
+    NI[:, NU] = 0
     occpos[:] = -1
     nocc = 0
     c = 0.0
@@ -528,39 +556,41 @@ def rebuild(prob, st) -> None:  # noqa: ANN001
         n = seq[t]
         if n == NOP:
             continue
-        P[pbase[n] + nprod[n]] = t
-        nprod[n] += 1
-        for i in range(pred_ptr[n], pred_ptr[n + 1]):
+        PU[NI[n, PB] + NI[n, NP]] = t
+        NI[n, NP] += 1
+        for i in range(NI[n, PS], NI[n, PE]):
             q = pred_idx[i]
-            U[ubase[q] + nuse[q]] = t
-            nuse[q] += 1
+            PU[NI[q, UB] + NI[q, NU]] = t
+            NI[q, NU] += 1
         occ[nocc] = t
         occpos[t] = nocc
         nocc += 1
         c += cost[n]
     diff = np.zeros(T + 1, dtype=np.int64)
     for q in range(K):
-        for k in range(nprod[q]):
-            p = P[pbase[q] + k]
-            e = _end(q, k, P, pbase, nprod, U, ubase, nuse, keep, T)
-            diff[p] += mem[q]
-            diff[e + 1] -= mem[q]
+        for k in range(NI[q, NP]):
+            p = PU[NI[q, PB] + k]
+            e = _end(q, k, NI, PU, T)
+            diff[p] += NI[q, MEM]
+            diff[e + 1] -= NI[q, MEM]
     run = 0
     for t in range(T):
         run += diff[t]
         n = seq[t]
-        tr[S + t] = run + (ws[n] if n != NOP else 0)
-    td[:] = 0
+        tz[2 * (S + t)] = run + (NX[n, WS] if n != NOP else 0)
+        tz[2 * (S + t) + 1] = 0
     for p in range(S - 1, 0, -1):
-        a = tr[2 * p]
-        b = tr[2 * p + 1]
-        tr[p] = a if a > b else b
-    if lt.shape[0] > 0:
-        ld[:] = 0.0
+        a = tz[4 * p]
+        b = tz[4 * p + 2]
+        tz[2 * p] = a if a > b else b
+        tz[2 * p + 1] = 0
+    if lz.shape[0] > 0:
         for t in range(T):
-            lt[S + t] = tr[S + t] * lscale + (0.0 if seq[t] != NOP else -LSE_BIG)
+            lz[2 * (S + t)] = tz[2 * (S + t)] * lscale + (0.0 if seq[t] != NOP else -LSE_BIG)
+            lz[2 * (S + t) + 1] = 0.0
         for p in range(S - 1, 0, -1):
-            lt[p] = _lae2(lt[2 * p], lt[2 * p + 1])
+            lz[2 * p] = _lae2(lz[4 * p], lz[4 * p + 2])
+            lz[2 * p + 1] = 0.0
     istate[I_NOCC] = nocc
     fstate[F_COST] = c
 

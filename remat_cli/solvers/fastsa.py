@@ -280,6 +280,7 @@ class FastSA(Solver):
         ),
         Param("initial_temperature", float, 1e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
         Param("final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"),
+        Param("local", bool, True, "draw add/rotate times inside their valid window (else uniform, §2.2)"),
         Param("stop_at_budget", bool, True, "end the first stage once the budget is met (§3.1)"),
         Param(
             "patience",
@@ -318,6 +319,7 @@ class FastSA(Solver):
                 capped = f" (iterations scaled to {n1}+{n2} for the time limit at {p['rate']:.0f}/s)"
         mode = {"elu": K.OBJ_ELU, "max": K.OBJ_MAX}[p["objective"]]
         run = _Run(graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"]))
+        run.local = bool(p["local"])
 
         # first stage: grouped nodes, until the budget is met (App. D.4)
         prob1 = grouped if grouped is not None else base_prob
@@ -383,6 +385,7 @@ class _Run:
         self.lse = lse
         self.options = options
         self.patience = patience
+        self.local = True
         self.iterations = 0
         self.wall_stopped = False
         base_cost = sum(nv.cost[i] for i in range(len(nv)) if nv.needed[i])
@@ -422,7 +425,7 @@ class _Run:
             ist[K.I_MARK_PEAK] = -1
             ist[K.I_MET] = 0
             done = K.sa_chunk(s.kt, s.st, n, self.budget, self.resident, self.c_floor, self.mode, h, ratio,
-                              p_add, p_rem, stop_at_budget)  # fmt: skip
+                              p_add, p_rem, stop_at_budget, self.local)  # fmt: skip
             it += done
             self.iterations += done
             improved = False

@@ -422,14 +422,22 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 
 @njit(cache=True)
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
-             h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool) -> int:  # fmt: skip
+             h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
+             local: bool) -> int:  # fmt: skip
     """Run up to n_iters SA iterations from the current state; returns the number run.
 
     Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
     otherwise rotate), skips it when the §2.2 validity conditions fail, else applies it, evaluates
     f(S') from the segment-tree root and the running cost, and keeps it by the Metropolis rule at
     temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
-    a rejected mutation is undone by its inverse. Every accepted change is journalled (log_t,
+    a rejected mutation is undone by its inverse.
+
+    With ``local`` the times are drawn where the mutation can be valid and useful instead of
+    uniformly over [0, T) (a deviation from §2.2 that only changes the proposal distribution):
+    an add of n goes uniformly between a use u of n (drawn uniformly) and the production of n
+    that u reads, i.e. a recomputation just before some use; a rotation moves n uniformly
+    between the first productions of its inputs and the first use of n after t1 (or T), which
+    is exactly the window where the §2.2 conditions can hold. Every accepted change is journalled (log_t,
     log_n) and the journal positions of the best feasible state (least cost with M <= budget,
     then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
     """
@@ -456,7 +464,16 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             if n_add == 0:
                 continue
             n = add_list[_below(r, n_add)]
-            t = np.int64(r & np.uint64(mask))
+            if local and NI[n, NU] > 0 and NI[n, NP] > 0:
+                ub = NI[n, UB]
+                u_t = PU[ub + _below(_rand(rng), NI[n, NU])]
+                pb = NI[n, PB]
+                lo = PU[_lower(PU, pb, pb + NI[n, NP], u_t) - 1]
+                if u_t - lo < 2:
+                    continue
+                t = lo + 1 + _below(_rand(rng), u_t - lo - 1)
+            else:
+                t = np.int64(r & np.uint64(mask))
             if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not _inputs_ready(n, t, NI, PU, pred_idx):
                 continue
             _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
@@ -474,8 +491,24 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             if nocc == 0:
                 continue
             t1 = occ[_below(r, nocc)]
-            t2 = np.int64(r & np.uint64(mask))
             n = seq[t1]
+            if local:
+                lo = -1
+                for i in range(NI[n, PS], NI[n, PE]):
+                    q = pred_idx[i]
+                    if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
+                        lo = PU[NI[q, PB]]
+                hi = T
+                ub = NI[n, UB]
+                nu = NI[n, NU]
+                j = _lower(PU, ub, ub + nu, t1 + 1)
+                if j < ub + nu:
+                    hi = PU[j]
+                if hi - lo < 3:
+                    continue
+                t2 = lo + 1 + _below(_rand(rng), hi - lo - 1)
+            else:
+                t2 = np.int64(r & np.uint64(mask))
             if seq[t2] != NOP or not _can_move(n, t1, t2, T, NI, PU, pred_idx):
                 continue
             _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)

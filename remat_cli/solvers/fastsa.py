@@ -112,7 +112,7 @@ def original_problem(nv: NodeView) -> Problem:
     )
 
 
-def group_nodes(nv: NodeView) -> Problem:
+def group_nodes(nv: NodeView, max_group: int = 0) -> Problem:
     """Node grouping, Algorithm 1 of App. C.1 over the needed nodes in topological order.
 
     ``do_fuse(n_i)``: fuse n_i into every later node that consumes its output when its inputs take
@@ -123,6 +123,9 @@ def group_nodes(nv: NodeView) -> Problem:
     Resident inputs (model inputs, parameters) are always in memory, so they count as 0 in
     do_fuse. Graph outputs are never fused (their block must stay), nor are ``recomputable:
     false`` nodes, which fusing into several consumers would duplicate (§2.3).
+    ``max_group`` (0: no limit) keeps groups at most that many members: on graphs whose model
+    inputs are small or absent (all the Moccasin graphs) do_fuse holds transitively from the
+    sources and Algorithm 1 alone folds the whole graph into one group.
     The node-intermediate memory of a group is estimated from the values produced and used
     within it (App. B.1): the most its internal blocks (plus a member's workspace) take at any
     member's compute instant, an upper bound on what running the members in order needs beyond
@@ -137,6 +140,8 @@ def group_nodes(nv: NodeView) -> Problem:
         if nv.keep[i] or not nv.recomputable[i] or not consumers[i]:
             continue
         if sum(nv.mem[q] for q in inputs[i]) > nv.mem[i]:  # do_fuse
+            continue
+        if max_group and any(len(members[j] | members[i]) > max_group for j in consumers[i]):
             continue
         for j in consumers[i]:
             members[j] |= members[i]
@@ -268,7 +273,8 @@ class FastSA(Solver):
     params = (
         Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)"),
         Param("iterations2", int, 2_000_000, "second-stage SA iterations on decomposed nodes (App. D.4: 2M)"),
-        Param("grouping", bool, True, "node grouping before the first stage (App. C.1, Algorithm 1)"),
+        Param("grouping", bool, False, "first stage on grouped nodes (App. C.1, Algorithm 1); off: on all nodes"),
+        Param("max_group", int, 8, "most original nodes in one group (0: no limit, as Algorithm 1)"),
         Param("no_recompute", bool, False, "only reorder, never recompute (App. B.2)"),
         Param("logaddexp", bool, False, "range-add/range-logaddexp tree for the objective (App. C.2)"),
         Param(
@@ -278,17 +284,19 @@ class FastSA(Solver):
             "elu: footnote 2 of §3.1 (budget-respecting); max: eq. (1) max(budget, M)·C",
             choices=("elu", "max"),
         ),
+        Param("elu_sharpness", float, 100.0, "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget"),
         Param("initial_temperature", float, 1e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
         Param("final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"),
+        Param("rotate_share", float, 1.0 / 3.0, "share of rotations among the mutations (rest: add/remove)"),
         Param("local", bool, True, "draw add/rotate times inside their valid window (else uniform, §2.2)"),
-        Param("stop_at_budget", bool, True, "end the first stage once the budget is met (§3.1)"),
+        Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
             "patience",
             int,
-            0,
-            "end a stage after this many iterations without a better feasible cost (0: never)",
+            2_000_000,
+            "converged: end a stage after this many iterations without a better feasible cost (0: never)",
         ),
-        Param("rate", float, 1.0e6, "assumed iterations/s that turns --time-limit into an iteration budget"),
+        Param("rate", float, 2.0e5, "assumed iterations/s that turns --time-limit into an iteration budget"),
     )
 
     def notes(self) -> str:
@@ -307,7 +315,9 @@ class FastSA(Solver):
         no_rec = bool(p["no_recompute"])
         if no_rec:
             base_prob.addrem[:] = False
-        grouped = group_nodes(nv) if (p["grouping"] and not no_rec) else None
+        grouped = group_nodes(nv, int(p["max_group"])) if (p["grouping"] and not no_rec) else None
+        if grouped is not None and grouped.size * 2 < base_prob.size // 4:
+            grouped = None  # degenerate: too few groups left to anneal (see group_nodes)
         n1 = max(0, int(p["iterations"]))
         n2 = max(0, int(p["iterations2"]))
         capped = ""
@@ -320,6 +330,8 @@ class FastSA(Solver):
         mode = {"elu": K.OBJ_ELU, "max": K.OBJ_MAX}[p["objective"]]
         run = _Run(graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"]))
         run.local = bool(p["local"])
+        run.sharp = max(1.0, float(p["elu_sharpness"]))
+        run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
 
         # first stage: grouped nodes, until the budget is met (App. D.4)
         prob1 = grouped if grouped is not None else base_prob
@@ -328,7 +340,7 @@ class FastSA(Solver):
         f0 = run.objective(state1)
         h0 = float(p["initial_temperature"]) * f0
         hf = h0 * float(p["final_temperature"])
-        best1 = run.stage(1, state1, n1, h0, hf, bool(p["stop_at_budget"]), no_rec)
+        best1 = run.stage(1, state1, n1, h0, hf, bool(p["stop_at_budget"]) and grouped is not None, no_rec)
 
         # second stage: decomposed nodes, colder (App. D.4)
         order2 = np.array(
@@ -386,6 +398,8 @@ class _Run:
         self.options = options
         self.patience = patience
         self.local = True
+        self.p_rotate = 1.0 / 3.0
+        self.sharp = 100.0
         self.iterations = 0
         self.wall_stopped = False
         base_cost = sum(nv.cost[i] for i in range(len(nv)) if nv.needed[i])
@@ -396,7 +410,7 @@ class _Run:
 
     def objective(self, s: State) -> float:
         m = float(s.peak) + self.resident
-        return K.objective(m, s.cost + self.c_floor, self.budget, self.mode)
+        return K.objective(m, s.cost + self.c_floor, self.budget, self.mode, self.sharp)
 
     def stage(self, stage: int, s: State, n_iter: int, h0: float, hf: float, stop_at_budget: bool,
               no_rec: bool) -> StageBest:  # fmt: skip
@@ -407,7 +421,7 @@ class _Run:
         low = Best(s.order(), s.cost, m0)
         if stop_at_budget and m0 <= self.budget:
             return StageBest(feas, low)
-        p_add, p_rem = (0.0, 0.0) if no_rec else (1.0 / 3.0, 1.0 / 3.0)
+        p_add = p_rem = 0.0 if no_rec else (1.0 - self.p_rotate) / 2.0
         ratio = (hf / h0) ** (1.0 / n_iter) if n_iter > 0 and h0 > 0 else 1.0
         it = 0
         since_better = 0
@@ -425,7 +439,7 @@ class _Run:
             ist[K.I_MARK_PEAK] = -1
             ist[K.I_MET] = 0
             done = K.sa_chunk(s.kt, s.st, n, self.budget, self.resident, self.c_floor, self.mode, h, ratio,
-                              p_add, p_rem, stop_at_budget, self.local)  # fmt: skip
+                              p_add, p_rem, stop_at_budget, self.local, self.sharp)  # fmt: skip
             it += done
             self.iterations += done
             improved = False

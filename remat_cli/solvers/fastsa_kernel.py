@@ -391,17 +391,19 @@ def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, 
 
 
 @njit(cache=True)
-def objective(M: float, C: float, B: float, mode: int) -> float:
+def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0) -> float:
     """f(S). mode 0: eq. (1) max(budget, M)·C. mode 1 (footnote 2 of §3.1):
-    L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-100) = 0. mode 2: M alone."""
+    L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-sharp) = 0 (the paper: sharp = 100);
+    above the budget this is M·C^0.6, below it B·(1 + (exp(sharp·(M/B - 1)) - 1)/sharp).
+    mode 2: M alone."""
     if mode == OBJ_MAX:
         return (M if M > B else B) * C
     if mode == OBJ_ELU:
-        x = 100.0 * (M / B - 1.0)
+        x = sharp * (M / B - 1.0)
         if x > 0.0:
             lm = M
         else:
-            lm = B * (1.0 + (math.exp(x) - 1.0) / 100.0)
+            lm = B * (1.0 + (math.exp(x) - 1.0) / sharp)
         return lm * C**0.6
     return M
 
@@ -423,7 +425,7 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 @njit(cache=True)
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
              h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
-             local: bool) -> int:  # fmt: skip
+             local: bool, sharp: float) -> int:  # fmt: skip
     """Run up to n_iters SA iterations from the current state; returns the number run.
 
     Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
@@ -451,7 +453,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     t2 = 0
     kind = ADD
     m_exact, m_obj = _peak(tz, lz, resident, lscale)
-    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode)
+    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, sharp)
     it = 0
     while it < n_iters:
         it += 1
@@ -516,7 +518,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
         istate[I_VALID] += 1
         m_exact, m_obj = _peak(tz, lz, resident, lscale)
         c = fstate[F_COST]
-        f_new = objective(m_obj, c + c_floor, budget, mode)
+        f_new = objective(m_obj, c + c_floor, budget, mode, sharp)
         d = f_new - f
         if d <= 0.0 or (h > 0.0 and _unit(_rand(rng)) < math.exp(-d / h)):
             f = f_new

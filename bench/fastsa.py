@@ -88,7 +88,9 @@ def table1(labels: list[str], fractions: list[int], time_limit: float, params: d
             budget = int(pct / 100.0 * base.peak_memory)
             t0 = time.monotonic()
             cpu0 = time.process_time()
-            sched, res = run_solver(g, budget, "fastsa", SolveOptions(time_limit=time_limit, seed=0, params=params))
+            sched, res = run_solver(
+                g, budget, "fastsa", SolveOptions(time_limit=time_limit, seed=0, params=params)
+            )
             wall = time.monotonic() - t0
             cpu = time.process_time() - cpu0
             assert sched is not None
@@ -114,7 +116,8 @@ def table1(labels: list[str], fractions: list[int], time_limit: float, params: d
             }
             rows.append(row)
             print(
-                f"{label:9s} {pct:3d}%  CI {ci:6.2f}% (paper {pub_ci:5.2f})  mem {mem:5.1f}% (paper {pub_mem:5.1f})"
+                f"{label:9s} {pct:3d}%  CI {ci:6.2f}% (paper {pub_ci:5.2f})"
+                f"  mem {mem:5.1f}% (paper {pub_mem:5.1f})"
                 f"  {'ok ' if row['within_budget'] else 'OVER'}  {wall:5.1f}s wall {cpu:5.1f}s cpu"
                 f"  {'meets' if row['meets_target'] else 'MISSES'} target",
                 flush=True,
@@ -132,7 +135,9 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
     h = 1e-3 * f0  # App. D.4 initial temperature
     ratio = 1e-4 ** (1.0 / 20_000_000)  # the first-stage schedule over 20M iterations
     s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
-    K.sa_chunk(s.kt, s.st, 1000, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0)  # warm
+    K.sa_chunk(
+        s.kt, s.st, 1000, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0
+    )  # warm
     s.istate[K.I_VALID] = 0
     iters = 0
     kernel_cpu = 0.0
@@ -140,7 +145,9 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
     while kernel_cpu < seconds:
         s.istate[K.I_LOG_LEN] = 0
         c0 = time.process_time()
-        iters += K.sa_chunk(s.kt, s.st, F.CHUNK, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0)
+        iters += K.sa_chunk(
+            s.kt, s.st, F.CHUNK, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0
+        )
         kernel_cpu += time.process_time() - c0
         h *= ratio**F.CHUNK
         s.respread(s.order())
@@ -157,7 +164,8 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
         "T": s.T,
     }
     print(
-        f"random_layered_n1000, {row['proposals']}: {row['mutations_per_cpu_second'] / 1e6:.2f} M mutations/s per CPU second "
+        f"random_layered_n1000, {row['proposals']}: "
+        f"{row['mutations_per_cpu_second'] / 1e6:.2f} M mutations/s per CPU second "
         f"({row['valid_mutations_per_cpu_second'] / 1e6:.2f} M valid), "
         f"{row['mutations_per_wall_second'] / 1e6:.2f} M per wall second",
         flush=True,
@@ -206,7 +214,9 @@ def main() -> None:
     rows = table1(labels, fractions, args.time_limit, params)
     met = sum(r["meets_target"] for r in rows)
     print(f"{met}/{len(rows)} cells meet the target (CI <= published, within budget, <= 60 s)")
-    write(args.out or "fastsa", note=args.note, params=params, time_limit=args.time_limit, rate=rate, rows=rows)
+    write(
+        args.out or "fastsa", note=args.note, params=params, time_limit=args.time_limit, rate=rate, rows=rows
+    )
 
 
 if __name__ == "__main__":

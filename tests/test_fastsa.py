@@ -74,10 +74,10 @@ def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: b
     budget = 0.7 * baseline(g).peak_memory
     f0 = K.objective(float(s.peak), s.cost, budget, K.OBJ_ELU)
     checked = 0
-    for i in range(600):
+    for i in range(300):
         s.istate[K.I_LOG_LEN] = 0
         s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
-        h = f0 * (1.0 if i < 300 else 1e-4)  # hot: mostly accepted; cold: mostly undone
+        h = f0 * (1.0 if i < 150 else 1e-4)  # hot: mostly accepted; cold: mostly undone
         K.sa_chunk(s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, i % 2 == 0, 100.0)
         c = _clone_rebuilt(s)
         assert s.peak == c.peak and s.cost == pytest.approx(c.cost, abs=1e-6)
@@ -101,8 +101,8 @@ def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: b
                 assert sim.peak_memory == max(total, nv.resident)
             assert sim.cost == pytest.approx(s.cost)
             checked += 1
-    assert s.istate[K.I_VALID] > 100 and 0 < s.istate[K.I_ACCEPTED] < s.istate[K.I_VALID]
-    assert checked == 120
+    assert s.istate[K.I_VALID] > 50 and 0 < s.istate[K.I_ACCEPTED] < s.istate[K.I_VALID]
+    assert checked == 60
 
 
 def test_grouping_follows_algorithm_1() -> None:
@@ -113,7 +113,7 @@ def test_grouping_follows_algorithm_1() -> None:
     prob = F.group_nodes(nv)
     heads = {nv.ids[ms[-1]] for ms in prob.members}
     assert all(not h.startswith("f") for h in heads)  # every forward node was fused
-    for ms, c in zip(prob.members, prob.cost):
+    for ms, c in zip(prob.members, prob.cost, strict=True):
         assert c == pytest.approx(sum(nv.cost[m] for m in ms))
         assert ms == sorted(ms)
     # expanding the grouped order gives a valid sequence of the original nodes

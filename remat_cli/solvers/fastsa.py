@@ -12,10 +12,23 @@ maintained incrementally in a range-add / range-max segment tree (§2.1.1, §2.2
 kernel in :mod:`remat_cli.solvers.fastsa_kernel`. The objective is eq. (1)
 ``max(budget, M)·C`` or, by default, the budget-respecting variant of footnote 2 of §3.1.
 
-Two stages (§2.2.2, App. C.1, App. D.4): a first SA on grouped nodes (Algorithm 1 with the
-``do_fuse`` rule) that stops as soon as the budget is met, then a second, colder SA on the
-decomposed nodes that removes redundant computations. The best schedule found goes through
-``steps_from_sequence`` (free after last use) and the project simulator.
+Two stages (§2.2.2, App. C.1, App. D.4): with ``--grouping`` a first SA on grouped nodes
+(Algorithm 1 with the ``do_fuse`` rule) that stops as soon as the budget is met, then a second,
+colder SA on the decomposed nodes that removes redundant computations. Without grouping (the
+default) the first stage anneals the original nodes over its whole schedule and the second
+continues colder. Grouping is off by default because on the Table-1 graphs the grouped pipeline
+was worse under the same time (bench/fastsa.py: e.g. RL n500 at 80% 3.2% vs 1.2% cost increase,
+CM2 at 80% 0.43% vs 0.36%): their model inputs are tiny or absent, so do_fuse holds from the
+sources onwards and Algorithm 1 alone folds each whole graph into one group (``max_group`` caps
+that). The best schedule found goes through ``steps_from_sequence`` (free after last use) and
+the project simulator; each better one is reported through ``options.incumbent``.
+
+Deviations, all switchable: ``local`` proposals (times drawn inside the window where a
+mutation can be valid; :func:`remat_cli.solvers.fastsa_kernel.sa_chunk`), the mutation mix
+(``rotate_share``; the paper does not give one), dynamic sequence length (T is re-chosen and the
+sequence re-spread evenly between chunks, so that a few thousand slots suffice instead of 2^20),
+and a per-node copy limit per chunk (each node may gain 4 copies before the next re-spread).
+``--no-recompute`` runs rotations only on f(S) = M(S) (App. B.2).
 
 Determinism: the kernel draws from its own xorshift generator seeded by ``options.seed`` and runs
 in fixed-size chunks; every stopping decision depends on iteration counts only. A time limit is
@@ -273,7 +286,9 @@ class FastSA(Solver):
     params = (
         Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)"),
         Param("iterations2", int, 2_000_000, "second-stage SA iterations on decomposed nodes (App. D.4: 2M)"),
-        Param("grouping", bool, False, "first stage on grouped nodes (App. C.1, Algorithm 1); off: on all nodes"),
+        Param(
+            "grouping", bool, False, "first stage on grouped nodes (App. C.1, Algorithm 1); off: on all nodes"
+        ),
         Param("max_group", int, 8, "most original nodes in one group (0: no limit, as Algorithm 1)"),
         Param("no_recompute", bool, False, "only reorder, never recompute (App. B.2)"),
         Param("logaddexp", bool, False, "range-add/range-logaddexp tree for the objective (App. C.2)"),
@@ -284,9 +299,13 @@ class FastSA(Solver):
             "elu: footnote 2 of §3.1 (budget-respecting); max: eq. (1) max(budget, M)·C",
             choices=("elu", "max"),
         ),
-        Param("elu_sharpness", float, 100.0, "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget"),
+        Param(
+            "elu_sharpness", float, 100.0, "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget"
+        ),
         Param("initial_temperature", float, 1e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
-        Param("final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"),
+        Param(
+            "final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"
+        ),
         Param("rotate_share", float, 1.0 / 3.0, "share of rotations among the mutations (rest: add/remove)"),
         Param("local", bool, True, "draw add/rotate times inside their valid window (else uniform, §2.2)"),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
@@ -294,7 +313,7 @@ class FastSA(Solver):
             "patience",
             int,
             2_000_000,
-            "converged: end a stage after this many iterations without a better feasible cost (0: never)",
+            "converged: end the second stage after this many iterations without a better feasible cost (0: never)",
         ),
         Param("rate", float, 2.0e5, "assumed iterations/s that turns --time-limit into an iteration budget"),
     )
@@ -328,7 +347,11 @@ class FastSA(Solver):
                 n1, n2 = int(n1 * scale), int(n2 * scale)
                 capped = f" (iterations scaled to {n1}+{n2} for the time limit at {p['rate']:.0f}/s)"
         mode = {"elu": K.OBJ_ELU, "max": K.OBJ_MAX}[p["objective"]]
-        run = _Run(graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"]))
+        if no_rec:
+            mode = K.OBJ_MEMORY  # App. B.2: the cost is fixed, minimise the peak
+        run = _Run(
+            graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"])
+        )
         run.local = bool(p["local"])
         run.sharp = max(1.0, float(p["elu_sharpness"]))
         run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
@@ -406,7 +429,8 @@ class _Run:
         # keeps f(S) informative when every cost is 0
         self.c_floor = 1e-9 * base_cost if base_cost > 0 else 1.0
         self.best_cost = math.inf
-        self.last_report = 0.0
+        self.last_report = time.monotonic()
+        self.unreported: tuple[Problem, np.ndarray] | None = None
 
     def objective(self, s: State) -> float:
         m = float(s.peak) + self.resident
@@ -446,7 +470,9 @@ class _Run:
             if ist[K.I_MARK_FEAS] >= 0:
                 snap = base.copy()
                 K.apply_log(snap, s.log_t, s.log_n, int(ist[K.I_MARK_FEAS]))
-                feas = Best(snap[snap >= 0].copy(), float(fs[K.F_BEST_FEAS_COST]), float(fs[K.F_BEST_FEAS_PEAK]))
+                feas = Best(
+                    snap[snap >= 0].copy(), float(fs[K.F_BEST_FEAS_COST]), float(fs[K.F_BEST_FEAS_PEAK])
+                )
                 improved = True
             if ist[K.I_MARK_PEAK] >= 0:
                 snap = base.copy()
@@ -456,7 +482,8 @@ class _Run:
             self._report(stage, it, s, feas, low, h, improved)
             if ist[K.I_MET]:
                 break
-            if self.patience and feas.order is not None and since_better >= self.patience:
+            # converged: only in the cold second stage, so that the first keeps its whole schedule
+            if stage == 2 and self.patience and feas.order is not None and since_better >= self.patience:
                 break
             remaining = self.options.remaining()
             if remaining is not None and remaining <= 0.0:
@@ -469,11 +496,17 @@ class _Run:
 
     def _report(self, stage: int, it: int, s: State, feas: Best, low: Best, h: float, improved: bool) -> None:
         now = time.monotonic()
-        if improved and feas.cost < self.best_cost:
+        if improved and feas.order is not None and feas.cost < self.best_cost:
             self.best_cost = feas.cost
-        if now - self.last_report < 0.5:
+            self.unreported = (s.prob, feas.order)
+        if now - self.last_report < 1.0:
             return
         self.last_report = now
+        if self.unreported is not None:  # decoding costs milliseconds: at most once a second
+            prob, order = self.unreported
+            self.unreported = None
+            ids = self.nv.ids
+            self.options.incumbent(steps_from_sequence(self.graph, [ids[i] for i in expand(prob, order)]))
         self.options.progress(
             stage=stage,
             iteration=it,

@@ -111,28 +111,28 @@ def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: 
         return
     lse = lz.shape[0] > 0
     xf = x * lscale
-    l = lo + S
-    r = hi + S
-    l0 = l
-    r0 = r - 1
+    lft = lo + S
+    rgt = hi + S
+    l0 = lft
+    r0 = rgt - 1
     levels = 0
-    while l < r:
-        if l & 1:
-            tz[2 * l] += x
-            tz[2 * l + 1] += x
+    while lft < rgt:
+        if lft & 1:
+            tz[2 * lft] += x
+            tz[2 * lft + 1] += x
             if lse:
-                lz[2 * l] += xf
-                lz[2 * l + 1] += xf
-            l += 1
-        if r & 1:
-            r -= 1
-            tz[2 * r] += x
-            tz[2 * r + 1] += x
+                lz[2 * lft] += xf
+                lz[2 * lft + 1] += xf
+            lft += 1
+        if rgt & 1:
+            rgt -= 1
+            tz[2 * rgt] += x
+            tz[2 * rgt + 1] += x
             if lse:
-                lz[2 * r] += xf
-                lz[2 * r + 1] += xf
-        l >>= 1
-        r >>= 1
+                lz[2 * rgt] += xf
+                lz[2 * rgt + 1] += xf
+        lft >>= 1
+        rgt >>= 1
         levels += 1
     level = 0
     while l0 > 1:
@@ -557,12 +557,18 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 break
         else:
             if kind == ADD:
-                _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+                _remove(
+                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+                )
             elif kind == REMOVE:
                 _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
             else:
-                _add(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
-                _remove(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+                _add(
+                    n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+                )
+                _remove(
+                    n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+                )
     fstate[F_OBJ] = f
     fstate[F_TEMP] = h
     return it

@@ -136,7 +136,7 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
     ratio = 1e-4 ** (1.0 / 20_000_000)  # the first-stage schedule over 20M iterations
     s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
     K.sa_chunk(
-        s.kt, s.st, 1000, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0
+        s.kt, s.st, 1000, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, float(local), 100.0
     )  # warm
     s.istate[K.I_VALID] = 0
     iters = 0
@@ -146,7 +146,20 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
         s.istate[K.I_LOG_LEN] = 0
         c0 = time.process_time()
         iters += K.sa_chunk(
-            s.kt, s.st, F.CHUNK, budget, 0.0, 1e-9, K.OBJ_ELU, h, ratio, 1 / 3, 1 / 3, False, local, 100.0
+            s.kt,
+            s.st,
+            F.CHUNK,
+            budget,
+            0.0,
+            1e-9,
+            K.OBJ_ELU,
+            h,
+            ratio,
+            1 / 3,
+            1 / 3,
+            False,
+            float(local),
+            100.0,
         )
         kernel_cpu += time.process_time() - c0
         h *= ratio**F.CHUNK

@@ -78,7 +78,7 @@ def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: b
         s.istate[K.I_LOG_LEN] = 0
         s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
         h = f0 * (1.0 if i < 150 else 1e-4)  # hot: mostly accepted; cold: mostly undone
-        K.sa_chunk(s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, i % 2 == 0, 100.0)
+        K.sa_chunk(s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, 0.5 * (i % 3), 100.0)
         c = _clone_rebuilt(s)
         assert s.peak == c.peak and s.cost == pytest.approx(c.cost, abs=1e-6)
         assert np.array_equal(s.NI, c.NI)

@@ -307,13 +307,18 @@ class FastSA(Solver):
             "final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"
         ),
         Param("rotate_share", float, 1.0 / 3.0, "share of rotations among the mutations (rest: add/remove)"),
-        Param("local", bool, True, "draw add/rotate times inside their valid window (else uniform, §2.2)"),
+        Param(
+            "local",
+            float,
+            0.0,
+            "share of add/rotate times drawn inside their valid window (rest: uniform, §2.2)",
+        ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
             "patience",
             int,
             2_000_000,
-            "converged: end the second stage after this many iterations without a better feasible cost (0: never)",
+            "converged: end stage 2 after this many iterations without a better feasible cost (0: never)",
         ),
         Param("rate", float, 2.0e5, "assumed iterations/s that turns --time-limit into an iteration budget"),
     )
@@ -352,7 +357,7 @@ class FastSA(Solver):
         run = _Run(
             graph, nv, float(budget), resident, mode, bool(p["logaddexp"]), options, int(p["patience"])
         )
-        run.local = bool(p["local"])
+        run.local = min(1.0, max(0.0, float(p["local"])))
         run.sharp = max(1.0, float(p["elu_sharpness"]))
         run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
 
@@ -420,7 +425,7 @@ class _Run:
         self.lse = lse
         self.options = options
         self.patience = patience
-        self.local = True
+        self.local = 0.0
         self.p_rotate = 1.0 / 3.0
         self.sharp = 100.0
         self.iterations = 0
@@ -532,3 +537,24 @@ class _Run:
         assert best is not None
         self.options.incumbent(best[1])
         return best[1], best[2], best[3]
+
+
+def _warm_up() -> None:
+    """Compile (or load from numba's on-disk cache) every kernel specialisation the solver uses,
+    at import time, so that no solve pays the first-call compilation inside its time limit."""
+    prob = Problem(
+        members=[[0], [1]],
+        preds=[[], [0]],
+        mem=np.array([1, 1], dtype=np.int64),
+        ws=np.array([0, 1], dtype=np.int64),
+        cost=np.array([1.0, 1.0]),
+        keep=np.array([False, True]),
+        addrem=np.array([True, True]),
+    )
+    s = State(prob, np.arange(2, dtype=np.int64), seed=0, log_cap=64)
+    K.sa_chunk(s.kt, s.st, 16, 10.0, 0.0, 1e-9, K.OBJ_ELU, 1.0, 1.0, 1 / 3, 1 / 3, False, 0.5, 100.0)
+    K.apply_log(s.seq.copy(), s.log_t, s.log_n, 0)
+    K.objective(1.0, 1.0, 1.0, K.OBJ_ELU, 100.0)
+
+
+_warm_up()

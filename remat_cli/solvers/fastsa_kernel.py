@@ -425,7 +425,7 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 @njit(cache=True)
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
              h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
-             local: bool, sharp: float) -> int:  # fmt: skip
+             local: float, sharp: float) -> int:  # fmt: skip
     """Run up to n_iters SA iterations from the current state; returns the number run.
 
     Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
@@ -434,7 +434,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
     a rejected mutation is undone by its inverse.
 
-    With ``local`` the times are drawn where the mutation can be valid and useful instead of
+    With probability ``local`` the times are drawn where the mutation can be valid and useful instead of
     uniformly over [0, T) (a deviation from §2.2 that only changes the proposal distribution):
     an add of n goes uniformly between a use u of n (drawn uniformly) and the production of n
     that u reads, i.e. a recomputation just before some use; a rotation moves n uniformly
@@ -466,7 +466,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             if n_add == 0:
                 continue
             n = add_list[_below(r, n_add)]
-            if local and NI[n, NU] > 0 and NI[n, NP] > 0:
+            if local > 0.0 and NI[n, NU] > 0 and NI[n, NP] > 0 and _unit(_rand(rng)) < local:
                 ub = NI[n, UB]
                 u_t = PU[ub + _below(_rand(rng), NI[n, NU])]
                 pb = NI[n, PB]
@@ -494,7 +494,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 continue
             t1 = occ[_below(r, nocc)]
             n = seq[t1]
-            if local:
+            if local > 0.0 and _unit(_rand(rng)) < local:
                 lo = -1
                 for i in range(NI[n, PS], NI[n, PE]):
                     q = pred_idx[i]

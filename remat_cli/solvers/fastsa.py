@@ -302,7 +302,7 @@ class FastSA(Solver):
         Param(
             "elu_sharpness", float, 100.0, "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget"
         ),
-        Param("initial_temperature", float, 1e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
+        Param("initial_temperature", float, 3e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
         Param(
             "final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"
         ),

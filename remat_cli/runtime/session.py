@@ -67,6 +67,9 @@ def session_options(threads: int = 1, profile_prefix: str | None = None):  # -> 
     so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     so.enable_cpu_mem_arena = False
     so.enable_mem_pattern = False
+    # The planner's reuse hands a dead tensor's buffer to a later tensor of the same size,
+    # which keeps the buffer allocated through the gap between them.
+    so.enable_mem_reuse = False
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -47,7 +47,7 @@ def node_table(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto
 def view_values(model: onnx.ModelProto) -> set[str]:
     """Tensors that alias their input in onnxruntime (outputs of Reshape, Squeeze, ...): they
     occupy no bytes of their own, as in the importer."""
-    return {o for n in model.graph.node if n.op_type in VIEW_OPS and n.domain in ("", "ai.onnx") for o in n.output}
+    return {o for n in model.graph.node if _is_view(n) for o in n.output if o}
 
 
 def compute_sequence(steps: Sequence[Step]) -> list[str]:
@@ -74,32 +74,66 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
         for t in table[nid].output:
             if t:
                 last_production[t] = k
+    view_of = {o: n for n in model.graph.node if _is_view(n) for o in n.output if o}
     current: dict[str, str] = {}
+    #: view tensor -> the name of the data tensor its current copy aliases
+    made_from: dict[str, str] = {}
     seen: Counter[str] = Counter()
     nodes: list[onnx.NodeProto] = []
-    for k, nid in enumerate(seq):
-        proto = table[nid]
+
+    def emit(proto: onnx.NodeProto, name: str, outputs: list[str]) -> None:
         copy = onnx.NodeProto()
         copy.CopyFrom(proto)
-        r = seen[nid]
-        seen[nid] += 1
-        copy.name = proto.name or nid
-        if r:
-            copy.name = _fresh(f"{copy.name}__remat{r}", taken)
+        copy.name = name
         del copy.input[:]
         copy.input.extend(current.get(t, t) if t else t for t in proto.input)
         del copy.output[:]
-        for t in proto.output:
-            new = t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken)
-            copy.output.append(new)
+        copy.output.extend(outputs)
+        nodes.append(copy)
+        for t, new in zip(proto.output, outputs, strict=True):
             if t:
                 current[t] = new
-        nodes.append(copy)
+        if proto.output and proto.output[0] in view_of:
+            made_from[proto.output[0]] = current.get(proto.input[0], proto.input[0])
+
+    def refresh(t: str) -> None:
+        """A view aliases the copy of its base that existed when it was made. When the base
+        has been recomputed since, the schedule (which counts views as 0 bytes and keeps the
+        *base* live) means the new copy: re-make the view, which costs nothing, so the old
+        base's buffer is released as the schedule's free step says."""
+        proto = view_of.get(t)
+        if proto is None or t not in made_from:
+            return
+        refresh(proto.input[0])
+        if made_from[t] != current.get(proto.input[0], proto.input[0]):
+            out = _fresh(f"{t}__view", taken)
+            emit(proto, _fresh(f"{proto.name or t}__view", taken), [out])
+
+    for k, nid in enumerate(seq):
+        proto = table[nid]
+        for t in proto.input:
+            if t:
+                refresh(t)
+        r = seen[nid]
+        seen[nid] += 1
+        name = proto.name or nid
+        if r:
+            name = _fresh(f"{name}__remat{r}", taken)
+        outs = [t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken) for t in proto.output]
+        emit(proto, name, outs)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    # A graph output that is a view must alias the final copy of its base.
+    for o in out.graph.output:
+        if o.name in view_of and current.get(o.name) != o.name:
+            raise ModelMismatch(f"graph output {o.name!r} is a view whose base was recomputed after it")
     return out
+
+
+def _is_view(n: onnx.NodeProto) -> bool:
+    return n.op_type in VIEW_OPS and n.domain in ("", "ai.onnx") and bool(n.input) and bool(n.input[0])
 
 
 def _fresh(name: str, taken: set[str]) -> str:

@@ -60,7 +60,9 @@ class Interpreter:
             try:
                 sess = ort.InferenceSession(m.SerializeToString(), so, providers=providers)
             except Exception as e:  # onnxruntime's own exception types
-                raise RunFailed(f"onnxruntime cannot run node {n.id!r} ({proto.op_type}) alone: {e}") from None
+                raise RunFailed(
+                    f"onnxruntime cannot run node {n.id!r} ({proto.op_type}) alone: {e}"
+                ) from None
             if provider == "cuda":
                 check_cuda_session(sess)
             ins = [i.name for i in sess.get_inputs()]
@@ -103,7 +105,9 @@ class Interpreter:
                 try:
                     produced = sess.run_with_ort_values(outs, {i: live[i] for i in ins})
                 except KeyError as e:
-                    raise RunFailed(f"step {k}: {step.node!r} reads {e.args[0]!r}, which is not live") from None
+                    raise RunFailed(
+                        f"step {k}: {step.node!r} reads {e.args[0]!r}, which is not live"
+                    ) from None
                 except Exception as e:  # onnxruntime's own exception types
                     raise RunFailed(f"step {k}: onnxruntime failed on {step.node!r}: {e}") from None
                 out_bytes = 0

@@ -119,8 +119,12 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
         name = proto.name or nid
         if r:
             name = _fresh(f"{name}__remat{r}", taken)
-        outs = [t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken) for t in proto.output]
+        outs = [
+            t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken) for t in proto.output
+        ]
         emit(proto, name, outs)
+    _drop_unread_optional_outputs(nodes, {o.name for o in model.graph.output}, model)
+    nodes = _release_unread_outputs(nodes, {o.name for o in model.graph.output}, taken)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -129,6 +133,54 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
     for o in out.graph.output:
         if o.name in view_of and current.get(o.name) != o.name:
             raise ModelMismatch(f"graph output {o.name!r} is a view whose base was recomputed after it")
+    return out
+
+
+def _drop_unread_optional_outputs(
+    nodes: list[onnx.NodeProto], graph_outputs: set[str], model: onnx.ModelProto
+) -> None:
+    """Omit optional outputs nothing reads (MaxPool's Indices, LayerNormalization's Mean, ...).
+
+    onnxruntime keeps an output that no node reads until the run ends, while the schedule
+    frees it at once; an omitted optional output is never allocated at all."""
+    read = {t for n in nodes for t in n.input if t} | graph_outputs
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    for n in nodes:
+        unread = [i for i, t in enumerate(n.output) if t and t not in read]
+        if not unread:
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, opsets.get(n.domain or "", 1), n.domain or "")
+        except onnx.defs.SchemaError:
+            continue
+        optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+        for i in unread:
+            formal = schema.outputs[min(i, len(schema.outputs) - 1)]
+            if formal.option == optional:
+                n.output[i] = ""
+        while n.output and not n.output[-1]:
+            n.output.pop()
+
+
+def _release_unread_outputs(
+    nodes: list[onnx.NodeProto], graph_outputs: set[str], taken: set[str]
+) -> list[onnx.NodeProto]:
+    """Follow every output that nothing reads (a required one) by a Shape node reading it.
+
+    onnxruntime keeps an unread output allocated until the run ends; the schedule frees it
+    right after its producer. A Shape node is a last use that reads no data, so the tensor
+    is released there; what stays is Shape's own few bytes."""
+    read = {t for n in nodes for t in n.input if t} | graph_outputs
+    out: list[onnx.NodeProto] = []
+    for n in nodes:
+        out.append(n)
+        for t in n.output:
+            if t and t not in read:
+                out.append(
+                    oh.make_node(
+                        "Shape", [t], [_fresh(f"{t}__shape", taken)], name=_fresh(f"{t}__release", taken)
+                    )
+                )
     return out
 
 
@@ -143,7 +195,9 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def single_node_model(model: onnx.ModelProto, node: onnx.NodeProto, types: Mapping[str, int]) -> onnx.ModelProto:
+def single_node_model(
+    model: onnx.ModelProto, node: onnx.NodeProto, types: Mapping[str, int]
+) -> onnx.ModelProto:
     """A model holding `node` alone; its inputs and outputs are graph inputs and outputs typed
     by element type only (shapes come from the actual inputs at run time)."""
     ins = [t for t in dict.fromkeys(node.input) if t]
@@ -209,7 +263,9 @@ def make_inputs(
         if name in given:
             arr = np.asarray(given[name])
             if arr.dtype != dtype or list(arr.shape) != list(shape):
-                raise ValueError(f"input {name!r}: expected {dtype}{list(shape)}, got {arr.dtype}{list(arr.shape)}")
+                raise ValueError(
+                    f"input {name!r}: expected {dtype}{list(shape)}, got {arr.dtype}{list(arr.shape)}"
+                )
             out[name] = np.ascontiguousarray(arr)
         elif np.issubdtype(dtype, np.floating):
             fan_in = int(np.prod(shape[1:])) if len(shape) >= 2 else 1
@@ -239,7 +295,9 @@ def _index_bound(model: onnx.ModelProto, name: str, values: Mapping) -> int:
     if not shapes:
         inferred = onnx.shape_inference.infer_shapes(model).graph
         for vi in (*inferred.input, *inferred.value_info, *inferred.output):
-            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            shapes[vi.name] = [
+                d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim
+            ]
         for t in inferred.initializer:
             shapes[t.name] = list(t.dims)
     readers: dict[str, list[onnx.NodeProto]] = {}

@@ -91,7 +91,12 @@ class RunReport(BaseModel):
         p, m, u = self.predicted, self.measured, self.unscheduled
         return [
             ("peak memory", _mib(p.peak_memory), _mib(m.peak_memory), _mib(u.peak_memory)),
-            ("peak vs predicted", "", f"{self.memory_error:+.1%}", f"{u.peak_memory / p.peak_memory - 1:+.1%}"),
+            (
+                "peak vs predicted",
+                "",
+                f"{self.memory_error:+.1%}",
+                f"{u.peak_memory / p.peak_memory - 1:+.1%}",
+            ),
             ("time", "", f"{m.seconds * 1e3:.1f} ms", f"{u.seconds * 1e3:.1f} ms"),
             ("time overhead", f"{p.overhead:+.1%}", f"{self.time_overhead:+.1%}", ""),
             ("outputs match", "", "yes" if self.outputs_match else "NO", ""),
@@ -189,7 +194,9 @@ def run_schedule(
             expected = _expected_names(model, graph, schedule)
             order_kept = run_m.executed == expected
             if not order_kept:
-                notes.append("onnxruntime did not run the schedule's node order: the measurement is not valid")
+                notes.append(
+                    "onnxruntime did not run the schedule's node order: the measurement is not valid"
+                )
         where = "device" if provider == "cuda" else "process high-water mark"
         notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
     names = [o.name for o in model.graph.output]
@@ -252,7 +259,9 @@ def _compare(
             bad.append(n)
             continue
         if x.size and np.issubdtype(x.dtype, np.number):
-            worst = max(worst, float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)))
+            worst = max(
+                worst, float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0))
+            )
         if exact:
             same = np.array_equal(x, y, equal_nan=np.issubdtype(x.dtype, np.inexact))
         else:

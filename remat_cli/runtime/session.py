@@ -100,7 +100,9 @@ def cuda_providers(gpu_mem_limit: int | None) -> list:
 
 def check_cuda_session(sess) -> None:
     if "CUDAExecutionProvider" not in sess.get_providers():
-        raise RuntimeUnavailable("onnxruntime could not start the CUDA provider (no usable NVIDIA GPU or CUDA libraries)")
+        raise RuntimeUnavailable(
+            "onnxruntime could not start the CUDA provider (no usable NVIDIA GPU or CUDA libraries)"
+        )
 
 
 # ---------------------------------------------------------------- memory probes

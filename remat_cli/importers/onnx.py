@@ -131,7 +131,10 @@ def from_onnx_file(
 
 
 def read_model(path: str | Path) -> ModelProto:
-    """The ModelProto in `path`, without its external data; GraphError when it is not ONNX."""
+    """The ModelProto in `path` (binary protobuf, or the text format onnx writes for
+    ``.textproto``), without its external data; GraphError when it is not ONNX."""
+    from google.protobuf import text_format
+
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -140,11 +143,42 @@ def read_model(path: str | Path) -> ModelProto:
     model = ModelProto()
     try:
         model.ParseFromString(raw)
-    except Exception:  # protobuf's DecodeError and friends: the file is not a ModelProto
-        raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
-    if not model.HasField("graph") or not model.opset_import:
-        raise GraphError(f"{path} is not an ONNX model (no graph or no opset_import)")
+    except Exception:  # protobuf's DecodeError and friends: not binary; maybe text format
+        model = ModelProto()
+        try:
+            text_format.Parse(raw.decode("utf-8"), model)
+        except Exception:
+            raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
+    _check_is_model(model, str(path))
     return model
+
+
+def _check_is_model(model: ModelProto, where: str) -> None:
+    if not model.HasField("graph") or not model.opset_import:
+        raise GraphError(f"{where} is not an ONNX model (no graph or no opset_import)")
+
+
+def looks_like_onnx_json(data: Any) -> bool:
+    """Whether parsed JSON is an ONNX model in protobuf's JSON mapping (onnx saves ``.json`` so)."""
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("graph"), dict)
+        and any(k in data for k in ("opset_import", "opsetImport", "ir_version", "irVersion"))
+    )
+
+
+def from_onnx_json(data: Mapping[str, Any], **options: Any) -> Graph:
+    """An ONNX model in protobuf's JSON mapping; `options` as for :func:`from_onnx_model`."""
+    from google.protobuf import json_format
+
+    model = ModelProto()
+    try:
+        json_format.ParseDict(data, model)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"ONNX JSON does not parse: {first}") from None
+    _check_is_model(model, "ONNX JSON")
+    return from_onnx_model(model, **options)
 
 
 def from_onnx_model(

@@ -30,7 +30,9 @@ def graph_from_data(data: Any, name: str | None = None) -> Graph:
             return from_node_link(data, name=name)
     except ValidationError as e:
         raise GraphError(_pydantic_message(e)) from None
-    raise GraphError("JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)")
+    raise GraphError(
+        "JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)"
+    )
 
 
 def load_graph(path: str | Path, **onnx_options: Any) -> Graph:

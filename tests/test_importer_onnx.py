@@ -120,6 +120,22 @@ def test_unknown_shape_is_an_error_naming_the_tensor() -> None:
         from_onnx_model(m)
 
 
+def test_contrib_op_shapes_from_onnxruntime_symbolic_inference() -> None:
+    # onnx's own inference knows nothing of com.microsoft ops; onnxruntime's fills the gap
+    m = make(
+        [
+            oh.make_node("Gelu", ["x"], ["y"], domain="com.microsoft", name="gelu"),
+            oh.make_node("Relu", ["y"], ["z"]),
+        ],
+        [vi("x", [2, 8])],
+        [vi("z", None)],
+    )
+    m.opset_import.append(oh.make_opsetid("com.microsoft", 1))
+    g = from_onnx_model(m, cost="profile", profile_runs=1)
+    assert g.value_map["y"].size == g.value_map["z"].size == 2 * 8 * 4
+    assert g.node_map["gelu"].cost > 0
+
+
 def test_bad_input_shape_options() -> None:
     with pytest.raises(GraphError, match="'nope', which is not a graph input"):
         from_onnx_model(symbolic_model(), input_shapes={"nope": [1]})
@@ -363,9 +379,22 @@ def test_load_graph_detects_onnx_by_content(tmp_path: Path, filename: str, fmt: 
     assert isinstance(g, Graph) and g.cost_unit == "unit" and g.value_map["m0"].size == 2 * 4 * 4
 
 
-def test_example_graph_loads() -> None:
-    path = Path(__file__).resolve().parents[1] / "graphs" / "mlp_inference.onnx"
+GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
+
+
+def test_example_graphs_load() -> None:
+    path = GRAPHS / "mlp_inference.onnx"
     assert path.stat().st_size < 200_000
     g = load_graph(path)
     assert g.cost_unit == "flops" and any(n.op == "Gemm" for n in g.nodes)
+    assert g.value_map["x"].size == 0 and "image" in g.node_map["fc0"].inputs
     assert baseline(g).peak_memory > g.resident_bytes
+    train = load_graph(GRAPHS / "mlp_train.onnx")
+    phases = [n.phase for n in train.nodes]
+    assert phases.count("loss") == 1 and train.node_map["loss"].phase == "loss"
+    assert train.node_map["fw/gemm4"].phase == "forward" and train.node_map["bw/gemm0_dW"].phase == "backward"
+    assert (
+        phases.index("backward")
+        > phases.index("loss")
+        > max(i for i, p in enumerate(phases) if p == "forward")
+    )

@@ -401,10 +401,26 @@ def _complete(t: TypeProto) -> bool:
     return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
 
 
+def _known_or_symbolic(t: TypeProto) -> bool:
+    """A tensor type whose every dim is a number or a named symbol from the model: a second
+    inference pass cannot do better (only --input-shape / --batch can)."""
+    if not t.HasField("tensor_type"):
+        return False
+    tt = t.tensor_type
+    return tt.HasField("shape") and all(
+        d.HasField("dim_value") or (d.HasField("dim_param") and not d.dim_param.startswith("unk__"))
+        for d in tt.shape.dim
+    )
+
+
 def _missing_shapes(g: GraphProto) -> bool:
-    complete = {vi.name for vi in _value_infos(g) if _complete(vi.type)}
-    complete |= {t.name for t in g.initializer}
-    return any(o and o not in complete for n in g.node for o in n.output)
+    """Whether some node output lacks a shape that another inference pass could find (not
+    when a graph input's shape is unknown: then the error must name that input)."""
+    known = {vi.name for vi in _value_infos(g) if _known_or_symbolic(vi.type)}
+    known |= {t.name for t in g.initializer}
+    if any(i.name not in known for i in g.input):
+        return False
+    return any(o and o not in known for n in g.node for o in n.output)
 
 
 @dataclass

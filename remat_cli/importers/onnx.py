@@ -39,6 +39,8 @@ How an ONNX model becomes a remat-graph (DESIGN.md §1):
   output, else the first output); the node producing it is ``loss``, the nodes the loss
   needs are ``forward``, all others ``backward``. Inference graphs get no phases.
   ``grad_of`` is not set.
+- **Control flow.** If, Loop and Scan are single nodes: their bodies' temporaries are not
+  counted and their ``flops`` cost is the elements they write.
 - **Recomputable.** False for random ops (RandomNormal[Like], RandomUniform[Like],
   Multinomial, Bernoulli) and for Dropout with a ``training_mode`` input.
 - **Costs** (``cost_unit``): ``flops`` (default; see :func:`node_flops`: 2 x MACs for Conv,
@@ -58,6 +60,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +326,8 @@ def _fix_input_dims(
 
     for inp, shape in input_shapes.items():
         vi = graph_inputs.get(inp)
+        if inp in inits:
+            raise GraphError(f"input shape given for {inp!r}, which is an initializer (its shape is fixed)")
         if vi is None:
             known = ", ".join(i for i in graph_inputs if i not in inits) or "none"
             raise GraphError(f"input shape given for {inp!r}, which is not a graph input (inputs: {known})")
@@ -584,38 +589,40 @@ class _Builder:
         self.types = types
         self.producer_id = {o: ids[k] for k, n in enumerate(g.node) for o in n.output if o}
 
+    @cached_property
+    def _hint(self) -> str:
+        """What to do about an unknown size: fix the inputs, unless they are all fixed already."""
+        inits = {t.name for t in self.g.initializer}
+        for vi in self.g.input:
+            t = self.types.get(vi.name)
+            if vi.name not in inits and not (isinstance(t, _TensorType) and t.concrete is not None):
+                return "give --input-shape NAME=DIMS or --batch N"
+        return "all input shapes are fixed, so it depends on tensor values that shape inference cannot see"
+
     def _value(self, name: str, role: str, size_zero: bool = False) -> Value:
         t = self.types.get(name)
+        tensor = isinstance(t, _TensorType)
+        dtype = dtype_name(t.elem_type) if isinstance(t, _TensorType) else None
+        shape = t.concrete if isinstance(t, _TensorType) else None
+        if size_zero:  # a view: its size does not depend on its shape
+            return Value(id=name, size=0, role=role, dtype=dtype, shape=shape)  # type: ignore[arg-type]
         where = f"tensor {name!r}"
         if name in self.producer_id:
             where += f" (output of node {self.producer_id[name]!r})"
         if isinstance(t, str):
-            if size_zero:
-                return Value(id=name, size=0, role=role)  # type: ignore[arg-type]
             raise GraphError(f"{where} is a {t.replace('_type', '')}, not a tensor; its size is unknown")
-        if t is None or t.shape is None:
-            if size_zero:
-                return Value(id=name, size=0, role=role, dtype=dtype_name(t.elem_type) if t else None)  # type: ignore[arg-type]
-            raise GraphError(
-                f"shape of {where} could not be inferred; give --input-shape NAME=DIMS or --batch N"
-            )
-        dtype = dtype_name(t.elem_type)
-        shape = t.concrete
+        if not tensor or t.shape is None:  # type: ignore[union-attr]
+            raise GraphError(f"shape of {where} could not be inferred; {self._hint}")
         if shape is None:
-            if size_zero:
-                return Value(id=name, size=0, role=role, dtype=dtype)  # type: ignore[arg-type]
-            unknown = [d if d is not None else "?" for d in t.shape if not isinstance(d, int)]
+            dims = ["?" if d is None else d for d in t.shape]  # type: ignore[union-attr]
+            unknown = next(d for d in dims if not isinstance(d, int))
             raise GraphError(
-                f"size of {where} is unknown: shape {['?' if d is None else d for d in t.shape]} "
-                f"has symbolic dim {unknown[0]!r}; give --input-shape NAME=DIMS or --batch N"
+                f"size of {where} is unknown: shape {dims} has symbolic dim {unknown!r}; {self._hint}"
             )
-        if size_zero:
-            size = 0
-        else:
-            try:
-                size = tensor_bytes(t.elem_type, shape)
-            except GraphError as e:
-                raise GraphError(f"{where} {e}") from None
+        try:
+            size = tensor_bytes(t.elem_type, shape)  # type: ignore[union-attr]
+        except GraphError as e:
+            raise GraphError(f"{where} {e}") from None
         return Value(id=name, size=size, role=role, dtype=dtype, shape=list(shape))  # type: ignore[arg-type]
 
     def build(self, order: Sequence[int]) -> tuple[list[Value], list[Node], list[str], list[_NodeInfo]]:

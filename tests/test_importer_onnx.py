@@ -160,6 +160,8 @@ def test_external_data_is_not_read(tmp_path: Path) -> None:
     assert g.value_map["W0"].role == "parameter" and g.value_map["W0"].size == 64 * 32 * 4
     assert g.value_map["m1"].size == 2 * 8 * 4
     assert g.name == "ext"
+    timed = from_onnx_file(path, cost="profile", profile_runs=1)  # random weights stand in
+    assert timed.cost_unit == "seconds" and all(n.cost > 0 for n in timed.nodes)
 
 
 def test_external_data_small_int_initializers_feed_shape_inference(tmp_path: Path) -> None:

@@ -146,12 +146,15 @@ def read_model(path: str | Path) -> ModelProto:
     model = ModelProto()
     try:
         model.ParseFromString(raw)
-    except Exception:  # protobuf's DecodeError and friends: not binary; maybe text format
-        model = ModelProto()
-        try:
-            text_format.Parse(raw.decode("utf-8"), model)
-        except Exception:
-            raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
+        _check_is_model(model, str(path))
+        return model
+    except Exception:  # protobuf's DecodeError and friends, or no graph: maybe text format
+        pass
+    model = ModelProto()
+    try:
+        text_format.Parse(raw.decode("utf-8"), model)
+    except Exception:
+        raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
     _check_is_model(model, str(path))
     return model
 
@@ -936,11 +939,12 @@ def _profile(
 
 
 def _initializer_array(t: TensorProto, base_dir: str | Path | None) -> np.ndarray | None:
-    """The initializer's data, read from its external file if it is there; None if not."""
+    """The initializer's data; None (random data will do) for weights in external files, whose
+    values do not change an operator's run time, and for external tensors whose file is absent."""
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
     if uses_external_data(t):
-        if base_dir is None:
+        if base_dir is None or t.data_type not in _INT_TYPES:
             return None
         c = TensorProto()
         c.CopyFrom(t)

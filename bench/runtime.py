@@ -1,6 +1,6 @@
 """Acceptance of `remat run` (issue 7) on the shipped ONNX training graphs.
 
-For every graph in graphs/*_train.onnx, the checkpoint-all schedule and a 70%-budget schedule
+For every graph in graphs/torch_*_train.onnx, the checkpoint-all schedule and a 70%-budget schedule
 (greedy by default) are replayed in interpret mode and in session mode on the CPU. Checked:
 outputs match the unscheduled run; interpret-mode peak = predicted within 1%; session-mode
 peak within 15% of predicted and (70% schedule) below the unscheduled run's peak; measured
@@ -42,8 +42,8 @@ def main() -> None:
     args = ap.parse_args()
 
     rows = []
-    for path in sorted((ROOT / "graphs").glob("*_train.onnx")):
-        name = path.stem.removesuffix("_train")
+    for path in sorted((ROOT / "graphs").glob("torch_*_train.onnx")):
+        name = path.stem.removeprefix("torch_").removesuffix("_train")
         if args.only and name not in args.only:
             continue
         graph = from_onnx_file(path)

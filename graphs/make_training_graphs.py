@@ -12,7 +12,7 @@ decomposed with ``core_aten_decompositions()`` plus two decompositions ONNX expo
 inputs; the loss and every gradient are graph outputs. Local functions are inlined and every
 node gets a unique name (the remat importer uses ONNX node names as node ids).
 
-    python3 graphs/make_training_graphs.py            # writes graphs/*.onnx
+    python3 graphs/make_training_graphs.py            # writes graphs/torch_*_train.onnx
     python3 graphs/make_training_graphs.py --only mlp
 """
 
@@ -289,7 +289,7 @@ def export(name: str, spec: Spec, out_dir: Path) -> Path:
     proto = _unique_names(proto)
     proto.graph.name = f"{name}-train"
     onnx.checker.check_model(proto, full_check=True)
-    path = out_dir / f"{name}_train.onnx"
+    path = out_dir / f"torch_{name}_train.onnx"
     onnx.save(proto, path)
     _check_against_autograd(path, model, loss_fn, params, x, y)
     return path

@@ -27,13 +27,12 @@ from remat_cli.runtime import interpret as interp
 from remat_cli.runtime import session
 from remat_cli.runtime.model import (
     ModelMismatch,
-    compute_sequence,
     feed_names,
     make_inputs,
     scheduled_model,
 )
 from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
-from remat_cli.schedule import Schedule, baseline, baseline_steps, simulate
+from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
 
 Provider = Literal["cpu", "cuda"]
 Mode = Literal["session", "interpret"]
@@ -128,21 +127,27 @@ def run_schedule(
     intra-op thread count: 1 by default because onnxruntime's ScatterND/ScatterElements with
     ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
     Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch (the
-    schedule was made for another graph, or the graph for another model), RunFailed
+    schedule's steps do not fit the graph, or the graph's nodes are not the model's), RunFailed
     (onnxruntime failed, e.g. on CUDA the budget as gpu_mem_limit was exceeded).
     """
     if provider not in ("cpu", "cuda"):
         raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
     if mode not in ("session", "interpret"):
         raise ValueError(f"unknown mode {mode!r} (session or interpret)")
+    notes: list[str] = []
     if schedule.graph.sha256 != graph.sha256():
-        raise ModelMismatch(
-            f"the schedule was made for graph {schedule.graph.name!r} with another hash: "
-            "import the model with the same options as when solving"
+        # Costs enter the hash, and measured (profile) costs differ between imports; the
+        # steps must still be valid for this graph, which simulate() checks.
+        notes.append(
+            "the graph's hash differs from the schedule's (other import options or cost model?): "
+            "predictions are this import's"
         )
     model_path = Path(model_path)
     model = onnx.load(str(model_path))
-    sim = simulate(graph, schedule.steps)
+    try:
+        sim = simulate(graph, schedule.steps)
+    except ScheduleError as e:
+        raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
     base_sim = baseline(graph)
     predicted = Predicted(
         peak_memory=sim.peak_memory,
@@ -152,7 +157,6 @@ def run_schedule(
         overhead=sim.cost / base_sim.cost - 1 if base_sim.cost > 0 else 0.0,
     )
     feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
-    notes: list[str] = []
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
     order_kept: bool | None = None

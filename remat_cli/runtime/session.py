@@ -253,15 +253,20 @@ def _cuda_runner(sess, feeds: dict, out_names: list[str]):
 
 
 def _executed_order(job: dict) -> list[str]:
-    """The node names onnxruntime ran, in order, from its profiler (one more run)."""
     import numpy as np
-    import onnxruntime as ort
 
-    prefix = str(Path(job["outputs"]).with_suffix("")) + "_profile"
-    so = session_options(job["threads"], profile_prefix=prefix)
-    sess = ort.InferenceSession(job["model"], so, providers=["CPUExecutionProvider"])
     with np.load(job["inputs"], allow_pickle=False) as z:
         feeds = {k: z[k] for k in z.files}
+    prefix = str(Path(job["outputs"]).with_suffix("")) + "_profile"
+    return executed_order(job["model"], feeds, session_options(job["threads"], profile_prefix=prefix))
+
+
+def executed_order(model: str | bytes, feeds: dict, so) -> list[str]:
+    """The node names onnxruntime runs, in order, read from its profiler (one run with `so`,
+    which must have profiling on)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     sess.run(None, feeds)
     path = sess.end_profiling()
     events = json.loads(Path(path).read_text())

@@ -8,6 +8,7 @@ remat node per ONNX node, ``source = [id]`` with ids from
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,8 +24,8 @@ from remat_cli.schedule import Step
 
 #: ops whose integer input indexes `data` along `axis` (input positions: data, indices)
 _INDEXING = {"Gather": (0, 1), "GatherElements": (0, 1), "ScatterElements": (0, 1), "ScatterND": (0, 1)}
-#: ops an integer input can pass through on its way to an indexing op
-_PASS_THROUGH = VIEW_OPS | {"Cast", "Expand", "Slice", "Transpose", "Concat"}
+#: ops an integer input can pass through on its way to an indexing op (Where: ignore_index masks)
+_PASS_THROUGH = VIEW_OPS | {"Cast", "Expand", "Slice", "Transpose", "Concat", "Where"}
 
 
 class ModelMismatch(ValueError):
@@ -248,7 +249,6 @@ def make_inputs(
     else from the model. Raises ValueError when a shape is unknown or `given` is malformed.
     """
     given = dict(given or {})
-    rng = np.random.default_rng(seed)
     values = graph.value_map if graph is not None else {}
     out: dict[str, np.ndarray] = {}
     names = feed_names(model)
@@ -260,6 +260,8 @@ def make_inputs(
         tt = by_name[name].type.tensor_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
         shape = _input_shape(name, tt, values)
+        # One stream per input: data for one input does not depend on which others are given.
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
         if name in given:
             arr = np.asarray(given[name])
             if arr.dtype != dtype or list(arr.shape) != list(shape):

@@ -14,14 +14,14 @@ Writes bench/results/runtime.json.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from common import write_results  # noqa: E402
 
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
 from remat_cli.runtime import run_schedule  # noqa: E402
@@ -38,7 +38,6 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "runtime.json")
     args = ap.parse_args()
 
     rows = []
@@ -88,16 +87,14 @@ def main() -> None:
                 )
                 rows.append(row)
                 _print_row(row)
-    result = {
-        "command": " ".join(["python3", "bench/runtime.py", *sys.argv[1:]]),
-        "machine": f"{platform.machine()} {platform.processor() or ''} (2 cores shared with other jobs: times are noisy)",
-        "python": platform.python_version(),
-        "rows": rows,
-        "all_accepted": all(r.get("accepted", False) for r in rows),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"all accepted: {result['all_accepted']}  -> {args.out.relative_to(ROOT)}")
+    accepted = all(r.get("accepted", False) for r in rows)
+    path = write_results(
+        "runtime",
+        rows,
+        all_accepted=accepted,
+        note="CPU provider, one intra-op thread; 2 shared cores under load from other jobs, so times are noisy",
+    )
+    print(f"all accepted: {accepted}  -> {path.relative_to(ROOT)}")
 
 
 def _print_row(r: dict) -> None:

@@ -71,6 +71,7 @@ def main() -> None:
                     "memory_error": rep.memory_error,
                     "predicted_overhead": rep.predicted.overhead,
                     "measured_overhead": rep.time_overhead,
+                    "measured_cpu_overhead": rep.cpu_time_overhead,
                     "seconds": rep.measured.seconds,
                     "unscheduled_seconds": rep.unscheduled.seconds,
                     "order_kept": rep.order_kept,
@@ -103,7 +104,8 @@ def _print_row(r: dict) -> None:
         f"{r['graph']:<12} {r['solver']:<15} {r['mode']:<9} match={str(r['outputs_match']):<5} "
         f"pred {r['predicted_peak'] / mib:7.2f} MiB  meas {r['measured_peak'] / mib:7.2f} MiB "
         f"({r['memory_error']:+6.1%})  unsched {r['unscheduled_peak'] / mib:7.2f} MiB  "
-        f"overhead pred {r['predicted_overhead']:+6.1%} meas {r['measured_overhead']:+6.1%}  "
+        f"overhead pred {r['predicted_overhead']:+6.1%} meas {r['measured_overhead']:+6.1%} "
+        f"(CPU {r['measured_cpu_overhead']:+6.1%})  "
         f"{'OK' if r['accepted'] else 'FAIL'}",
         flush=True,
     )

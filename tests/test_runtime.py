@@ -174,7 +174,7 @@ def test_interpret_mode_peak_is_the_simulators(mlp: Graph) -> None:
     feeds = make_inputs(model, graph=mlp)
     engine = Interpreter(model, mlp)
     for sched in (checkpoint_all(mlp), recompute_forward(mlp)):
-        run = interpret(engine, sched.steps, feeds, warmup=0, repeat=1)
+        (run,) = interpret(engine, [sched.steps], feeds, warmup=0, repeat=1)
         assert run.peak_memory == simulate(mlp, sched.steps).peak_memory
         assert set(run.outputs) >= {o.name for o in model.graph.output}
 

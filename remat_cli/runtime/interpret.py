@@ -30,6 +30,7 @@ class Interpretation:
     peak_memory: int  #: exact peak of live tensor bytes (resident values included)
     outputs: dict[str, np.ndarray]
     times: list[float]
+    cpu_times: list[float]
 
 
 class Interpreter:
@@ -83,8 +84,10 @@ class Interpreter:
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.element_type())).itemsize
         return int(np.prod(shape, dtype=np.int64)) * itemsize
 
-    def replay(self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]) -> tuple[int, float, dict]:
-        """One replay: (peak live bytes, seconds, live OrtValues at the end)."""
+    def replay(
+        self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]
+    ) -> tuple[int, float, float, dict]:
+        """One replay: (peak live bytes, wall seconds, CPU seconds, live OrtValues at the end)."""
         live: dict[str, object] = {}
         size: dict[str, int] = {}
         resident = [v.id for v in self.graph.values if v.resident]
@@ -98,7 +101,7 @@ class Interpreter:
             size[name] = self._bytes(name, live[name])
         mem = sum(size.values())
         peak = mem
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for k, step in enumerate(steps):
             if step.op == "compute":
                 sess, ins, outs = self.sessions[step.node]
@@ -121,28 +124,36 @@ class Interpreter:
                 # Values the importer added but ONNX never writes (none today) are skipped.
                 del live[step.value]
                 mem -= size.pop(step.value)
-        seconds = time.perf_counter() - t0
-        return peak, seconds, live
+        return peak, time.perf_counter() - t0, time.process_time() - c0, live
 
 
 def interpret(
     interpreter: Interpreter,
-    steps: Sequence[Step],
+    schedules: Sequence[Sequence[Step]],
     feeds: Mapping[str, np.ndarray],
     *,
     warmup: int = 1,
     repeat: int = 3,
-) -> Interpretation:
-    """Replay `steps` `warmup + repeat` times; the median time, the (identical every time)
-    exact peak, and the graph outputs of the last replay."""
-    for _ in range(warmup):
-        interpreter.replay(steps, feeds)
-    times: list[float] = []
-    peak = 0
-    live: dict = {}
-    for _ in range(max(repeat, 1)):
-        live = {}
-        peak, seconds, live = interpreter.replay(steps, feeds)
-        times.append(seconds)
-    outputs = {v: np.asarray(live[v].numpy()) for v in interpreter.graph.outputs if v in live}
-    return Interpretation(statistics.median(times), peak, outputs, times)
+) -> list[Interpretation]:
+    """Replay each step list `warmup + repeat` times, the timed replays alternating between
+    them (so load on a shared machine hits all alike); per list the median time, the exact
+    peak (the same every time) and the graph outputs of its last replay."""
+    for steps in schedules:
+        for _ in range(warmup):
+            interpreter.replay(steps, feeds)
+    times: list[list[float]] = [[] for _ in schedules]
+    cpu_times: list[list[float]] = [[] for _ in schedules]
+    peaks = [0] * len(schedules)
+    outputs: list[dict[str, np.ndarray]] = [{} for _ in schedules]
+    for r in range(max(repeat, 1)):
+        for k, steps in enumerate(schedules):
+            peaks[k], seconds, cpu, live = interpreter.replay(steps, feeds)
+            times[k].append(seconds)
+            cpu_times[k].append(cpu)
+            if r == max(repeat, 1) - 1:
+                outputs[k] = {v: np.asarray(live[v].numpy()) for v in interpreter.graph.outputs if v in live}
+            del live
+    return [
+        Interpretation(statistics.median(times[k]), peaks[k], outputs[k], times[k], cpu_times[k])
+        for k in range(len(schedules))
+    ]

@@ -52,6 +52,7 @@ class Measured(BaseModel):
     peak_memory: int  #: bytes, counted like the simulator (resident values included)
     seconds: float  #: median wall time of one run after warm-up
     peak_above_resident: int  #: what the run itself added
+    cpu_seconds: float  #: median CPU seconds of one run (steadier than wall time under load)
     times: list[float]
 
 
@@ -78,6 +79,8 @@ class RunReport(BaseModel):
     memory_error: float
     #: measured seconds / unscheduled seconds - 1, to set beside predicted.overhead
     time_overhead: float
+    #: the same from CPU seconds
+    cpu_time_overhead: float
     #: session mode: onnxruntime ran exactly the schedule's compute sequence (profiler check)
     order_kept: bool | None = None
     notes: list[str]
@@ -97,7 +100,9 @@ class RunReport(BaseModel):
                 f"{u.peak_memory / p.peak_memory - 1:+.1%}",
             ),
             ("time", "", f"{m.seconds * 1e3:.1f} ms", f"{u.seconds * 1e3:.1f} ms"),
+            ("CPU time", "", f"{m.cpu_seconds * 1e3:.1f} ms", f"{u.cpu_seconds * 1e3:.1f} ms"),
             ("time overhead", f"{p.overhead:+.1%}", f"{self.time_overhead:+.1%}", ""),
+            ("CPU time overhead", f"{p.overhead:+.1%}", f"{self.cpu_time_overhead:+.1%}", ""),
             ("outputs match", "", "yes" if self.outputs_match else "NO", ""),
         ]
 
@@ -163,10 +168,11 @@ def run_schedule(
     resident = graph.resident_bytes
     if mode == "interpret":
         engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
-        run = interp.interpret(engine, schedule.steps, feeds, warmup=warmup, repeat=repeat)
-        ref = interp.interpret(engine, baseline_steps(graph), feeds, warmup=warmup, repeat=repeat)
-        measured = _measured(run.peak_memory, run.times, resident, exact=True)
-        unscheduled = _measured(ref.peak_memory, ref.times, resident, exact=True)
+        run, ref = interp.interpret(
+            engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
+        )
+        measured = _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
+        unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
         out_a, out_b = run.outputs, ref.outputs
         notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
     else:
@@ -180,20 +186,22 @@ def run_schedule(
             np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(model)})
             sched_path = d / "scheduled.onnx"
             onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
-            common = {"provider": provider, "threads": threads, "warmup": warmup, "repeat": repeat}
-            run_m = session.measure(
-                sched_path,
+            run_m, ref_m = session.measure(
+                [(sched_path, d / "scheduled_out.npz"), (model_path, d / "unscheduled_out.npz")],
                 d / "inputs.npz",
-                d / "scheduled_out.npz",
-                gpu_mem_limit=budget_limit,
-                check_order=check_order,
-                **common,
+                provider=provider,
+                threads=threads,
+                warmup=warmup,
+                repeat=repeat,
+                gpu_mem_limits=[budget_limit, None],
+                check_order=[check_order, False],
             )
-            ref_m = session.measure(model_path, d / "inputs.npz", d / "unscheduled_out.npz", **common)
             out_a = _load(d / "scheduled_out.npz")
             out_b = _load(d / "unscheduled_out.npz")
-        measured = _measured(run_m.peak_above_baseline, run_m.times, resident, exact=False)
-        unscheduled = _measured(ref_m.peak_above_baseline, ref_m.times, resident, exact=False)
+        measured = _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False)
+        unscheduled = _measured(
+            ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False
+        )
         if run_m.executed is not None:
             expected = _expected_names(model, graph, schedule)
             order_kept = run_m.executed == expected
@@ -227,6 +235,9 @@ def run_schedule(
         unscheduled=unscheduled,
         memory_error=measured.peak_memory / predicted.peak_memory - 1 if predicted.peak_memory else 0.0,
         time_overhead=measured.seconds / unscheduled.seconds - 1 if unscheduled.seconds > 0 else 0.0,
+        cpu_time_overhead=(
+            measured.cpu_seconds / unscheduled.cpu_seconds - 1 if unscheduled.cpu_seconds > 0 else 0.0
+        ),
         order_kept=order_kept,
         notes=notes,
     )
@@ -236,13 +247,16 @@ def _expected_names(model: onnx.ModelProto, graph: Graph, schedule: Schedule) ->
     return [n.name for n in scheduled_model(model, graph, schedule.steps).graph.node]
 
 
-def _measured(peak: int, times: list[float], resident: int, *, exact: bool) -> Measured:
+def _measured(
+    peak: int, times: list[float], cpu_times: list[float], resident: int, *, exact: bool
+) -> Measured:
     # Interpret mode's peak already includes the resident values; session mode's does not.
     total = peak if exact else peak + resident
     return Measured(
         peak_memory=int(total),
         seconds=statistics.median(times),
         peak_above_resident=int(total - resident),
+        cpu_seconds=statistics.median(cpu_times),
         times=[round(t, 6) for t in times],
     )
 

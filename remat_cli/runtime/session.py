@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: glibc: allocations from this size up are mmapped, so freeing them returns the pages
@@ -47,6 +47,9 @@ class Measurement:
     seconds: float  #: median wall time of one run after warm-up
     peak_above_baseline: int  #: bytes above what was resident before the run
     times: list[float] = field(default_factory=list)
+    #: CPU seconds of the process per run: with one thread, far steadier than wall time on a
+    #: loaded machine
+    cpu_times: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     executed: list[str] | None = None  #: node names in the order onnxruntime ran them
     provider: str = "cpu"
@@ -156,70 +159,99 @@ def device_used_bytes() -> int:
 
 
 # ---------------------------------------------------------------- the worker
-def _worker(job: dict) -> dict:
+def _load_feeds(path: str) -> dict:
     import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {k: np.ascontiguousarray(z[k]) for k in z.files}
+
+
+def _session(job: dict, model: str, feeds: dict):
+    """(run, fetch, release, output names) for `model`: ``run(shrink=False)`` one run,
+    ``fetch()`` its outputs as numpy arrays, ``release()`` drops them."""
     import onnxruntime as ort
 
-    lower_mmap_threshold()
-    with np.load(job["inputs"], allow_pickle=False) as z:
-        feeds = {k: np.ascontiguousarray(z[k]) for k in z.files}
     cuda = job["provider"] == "cuda"
     providers = cuda_providers(job.get("gpu_mem_limit")) if cuda else ["CPUExecutionProvider"]
-    so = session_options(job["threads"])
     try:
-        sess = ort.InferenceSession(job["model"], so, providers=providers)
+        sess = ort.InferenceSession(model, session_options(job["threads"]), providers=providers)
     except Exception as e:  # onnxruntime raises its own exception types for bad models
         raise RunFailed(f"onnxruntime could not load the model: {e}") from None
     out_names = [o.name for o in sess.get_outputs()]
     if cuda:
         check_cuda_session(sess)
         run, fetch = _cuda_runner(sess, feeds, out_names)
-    else:
-        # On the CPU these wrap the numpy buffers without a copy.
-        ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
-
-        def run(shrink: bool = False) -> None:
-            nonlocal last
-            last = sess.run_with_ort_values(out_names, ort_feeds)
-
-        def fetch() -> list:
-            return [v.numpy() for v in last]
-
+        return run, fetch, lambda: None, out_names
+    # On the CPU these wrap the numpy buffers without a copy.
+    ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
     last: list = []
-    times: list[float] = []
+
+    def run(shrink: bool = False) -> None:
+        last[:] = []  # the previous outputs go before the next run starts
+        last.extend(sess.run_with_ort_values(out_names, ort_feeds))
+
+    def fetch() -> list:
+        return [v.numpy() for v in last]
+
+    def release() -> None:
+        last[:] = []
+
+    return run, fetch, release, out_names
+
+
+def _memory_worker(job: dict) -> dict:
+    """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved."""
+    import numpy as np
+
+    lower_mmap_threshold()
+    feeds = _load_feeds(job["inputs"])
+    cuda = job["provider"] == "cuda"
+    run, fetch, release, out_names = _session(job, job["model"], feeds)
     peaks: list[int] = []
     try:
         for _ in range(job["warmup"]):
             run(shrink=cuda)
         for _ in range(max(job["repeat"], 1)):
-            last = []  # release the previous outputs before the baseline
             if cuda:
                 base = device_used_bytes()
-            else:
-                base = reset_hwm()
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
-            if cuda:
+                run()
                 peaks.append(device_used_bytes() - base)
-                run(shrink=True)  # not timed: resets the arena for the next repeat
+                run(shrink=True)  # gives the arena back for the next repeat
             else:
+                release()  # the last outputs must not sit in the baseline
+                base = reset_hwm()
+                run()
                 peaks.append(hwm() - base)
+    except RuntimeUnavailable:
+        raise
     except Exception as e:  # e.g. the CUDA arena refusing to grow past gpu_mem_limit
         raise RunFailed(f"onnxruntime failed while running: {e}") from None
-    outputs = dict(zip(out_names, fetch(), strict=True))
-    np.savez(job["outputs"], **outputs)
+    np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
     executed = _executed_order(job) if job.get("check_order") else None
-    return asdict(
-        Measurement(
-            seconds=statistics.median(times),
-            peak_above_baseline=int(statistics.median(peaks)),
-            times=times,
-            peaks=peaks,
-            executed=executed,
-            provider=job["provider"],
-        )
-    )
+    return {"peaks": peaks, "executed": executed}
+
+
+def _timing_worker(job: dict) -> dict:
+    """Every model warmed up, then their runs alternate, so load on a shared machine hits
+    all of them alike."""
+    lower_mmap_threshold()
+    feeds = _load_feeds(job["inputs"])
+    runs = [_session(job, m, feeds)[0] for m in job["models"]]
+    times: list[list[float]] = [[] for _ in runs]
+    cpu: list[list[float]] = [[] for _ in runs]
+    try:
+        for run in runs:
+            for _ in range(job["warmup"]):
+                run()
+        for _ in range(max(job["repeat"], 1)):
+            for k, run in enumerate(runs):
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                times[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+    except Exception as e:
+        raise RunFailed(f"onnxruntime failed while running: {e}") from None
+    return {"times": times, "cpu_times": cpu}
 
 
 def _cuda_runner(sess, feeds: dict, out_names: list[str]):
@@ -278,35 +310,11 @@ def executed_order(model: str | bytes, feeds: dict, so) -> list[str]:
     ]
 
 
-def measure(
-    model_path: str | Path,
-    inputs_path: str | Path,
-    outputs_path: str | Path,
-    *,
-    provider: str = "cpu",
-    threads: int = 1,
-    warmup: int = 1,
-    repeat: int = 5,
-    gpu_mem_limit: int | None = None,
-    check_order: bool = False,
-) -> Measurement:
-    """Run `model_path` in a fresh subprocess (session mode) and return what it measured; its
-    outputs are written to `outputs_path` (npz)."""
-    job = {
-        "model": str(model_path),
-        "inputs": str(inputs_path),
-        "outputs": str(outputs_path),
-        "provider": provider,
-        "threads": threads,
-        "warmup": warmup,
-        "repeat": repeat,
-        "gpu_mem_limit": gpu_mem_limit,
-        "check_order": check_order,
-    }
+def _spawn(job: dict) -> dict:
     env = dict(os.environ)
     env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
     env["MALLOC_TRIM_THRESHOLD_"] = "0"
-    env["OMP_NUM_THREADS"] = str(threads)
+    env["OMP_NUM_THREADS"] = str(job["threads"])
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(
@@ -322,13 +330,60 @@ def measure(
     if "error" in reply:
         cls = RuntimeUnavailable if reply["kind"] == "RuntimeUnavailable" else RunFailed
         raise cls(reply["error"])
-    return Measurement(**reply)
+    return reply
+
+
+def measure(
+    models: list[tuple[str | Path, str | Path]],
+    inputs_path: str | Path,
+    *,
+    provider: str = "cpu",
+    threads: int = 1,
+    warmup: int = 1,
+    repeat: int = 5,
+    memory_repeat: int = 1,
+    gpu_mem_limits: list[int | None] | None = None,
+    check_order: list[bool] | None = None,
+) -> list[Measurement]:
+    """Measure session-mode runs of `models` ((model path, outputs .npz path) pairs) on the
+    same inputs: each model's peak memory in a fresh subprocess of its own (outputs saved),
+    then the times of all of them, alternating, in one more subprocess."""
+    common = {"inputs": str(inputs_path), "provider": provider, "threads": threads, "warmup": warmup}
+    limits = gpu_mem_limits or [None] * len(models)
+    checks = check_order or [False] * len(models)
+    memory = [
+        _spawn(
+            common
+            | {
+                "kind": "memory",
+                "model": str(m),
+                "outputs": str(o),
+                "repeat": memory_repeat,
+                "gpu_mem_limit": lim,
+                "check_order": chk,
+            }
+        )
+        for (m, o), lim, chk in zip(models, limits, checks, strict=True)
+    ]
+    timing = _spawn(common | {"kind": "timing", "models": [str(m) for m, _ in models], "repeat": repeat})
+    return [
+        Measurement(
+            seconds=statistics.median(timing["times"][k]),
+            peak_above_baseline=int(statistics.median(mem["peaks"])),
+            times=timing["times"][k],
+            cpu_times=timing["cpu_times"][k],
+            peaks=mem["peaks"],
+            executed=mem["executed"],
+            provider=provider,
+        )
+        for k, mem in enumerate(memory)
+    ]
 
 
 def main() -> None:
     job = json.loads(sys.argv[1])
     try:
-        reply = _worker(job)
+        reply = _memory_worker(job) if job["kind"] == "memory" else _timing_worker(job)
     except (RuntimeUnavailable, RunFailed) as e:
         reply = {"error": str(e), "kind": type(e).__name__}
     sys.stdout.write(json.dumps(reply) + "\n")

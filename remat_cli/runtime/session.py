@@ -95,7 +95,12 @@ def cuda_providers(gpu_mem_limit: int | None) -> list:
             "the CUDA provider is not available: install onnxruntime-gpu (pip install 'remat-cli[gpu]') "
             f"in place of onnxruntime {ort.__version__} and run on a machine with an NVIDIA GPU"
         )
-    opts: dict[str, str] = {"device_id": "0", "arena_extend_strategy": "kSameAsRequested"}
+    # cuDNN may otherwise pick algorithms by the largest workspace the arena can give.
+    opts: dict[str, str] = {
+        "device_id": "0",
+        "arena_extend_strategy": "kSameAsRequested",
+        "cudnn_conv_use_max_workspace": "0",
+    }
     if gpu_mem_limit is not None:
         opts["gpu_mem_limit"] = str(max(int(gpu_mem_limit), 1))
     return [("CUDAExecutionProvider", opts)]
@@ -209,7 +214,8 @@ def _memory_worker(job: dict) -> dict:
     run, fetch, release, out_names = _session(job, job["model"], feeds)
     peaks: list[int] = []
     try:
-        for _ in range(job["warmup"]):
+        # On CUDA the first run also creates library handles and loads kernels: never measure it.
+        for _ in range(max(job["warmup"], 1 if cuda else 0)):
             run(shrink=cuda)
         for _ in range(max(job["repeat"], 1)):
             if cuda:

@@ -92,7 +92,7 @@ class RunReport(BaseModel):
         """Rows (quantity, predicted, measured, unscheduled) for the CLI's table."""
         p, m, u = self.predicted, self.measured, self.unscheduled
         return [
-            ("peak memory", _mib(p.peak_memory), _mib(m.peak_memory), _mib(u.peak_memory)),
+            ("peak memory", _mb(p.peak_memory), _mb(m.peak_memory), _mb(u.peak_memory)),
             (
                 "peak vs predicted",
                 "",
@@ -107,8 +107,8 @@ class RunReport(BaseModel):
         ]
 
 
-def _mib(b: int) -> str:
-    return f"{b / 2**20:.2f} MiB"
+def _mb(b: int) -> str:
+    return f"{b / 1e6:,.2f} MB"  # as the CLI's other tables
 
 
 def run_schedule(

@@ -20,7 +20,7 @@ from onnx import helper as oh
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.runtime import RuntimeUnavailable, run_schedule
-from remat_cli.runtime.cli_command import run_command
+from remat_cli.runtime.cli_command import export_torch_command, run_command
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
 from remat_cli.runtime.session import executed_order, session_options
@@ -218,3 +218,26 @@ def test_cli_command_prints_json(mlp: Graph, tmp_path: Path) -> None:
     bad = CliRunner().invoke(run_command, [str(MLP), str(sched_path), "--provider", "cuda", "--repeat", "1"])
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert bad.exit_code == 2 and "onnxruntime-gpu" in bad.output
+
+
+def test_export_torch_command(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def tiny():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))\n"
+        "    return model, (torch.randn(32, 8), torch.randint(0, 3, (32,))), nn.functional.cross_entropy\n"
+    )
+    out = tmp_path / "tiny.onnx"
+    res = CliRunner().invoke(export_torch_command, [f"{spec}:tiny", "-o", str(out)])
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the optional extra is not installed: a clear one-line error
+        assert res.exit_code == 2 and "remat-cli[torch]" in res.output
+        return
+    assert res.exit_code == 0, res.output
+    graph = from_onnx_file(out)
+    assert {n.phase for n in graph.nodes} >= {"forward", "loss", "backward"}
+    assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4

@@ -113,3 +113,59 @@ def run_command(
 
     go()
     sys.exit(0)
+
+
+@click.command("export-torch")
+@click.argument("spec", metavar="FILE.py:FACTORY")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .onnx file to write."
+)
+@click.option("--check/--no-check", default=True, show_default=True, help="Compare with torch autograd.")
+def export_torch_command(spec: str, output: str, check: bool) -> None:
+    """Export a PyTorch training step (forward + loss + backward) as ONNX for remat.
+
+    FACTORY (in FILE.py or an importable module) takes no arguments and returns
+    (model, (x, y), loss_fn) with loss = loss_fn(model(x), y). Needs remat-cli[torch]."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    from remat_cli.cli import BadInput, err, friendly_errors
+
+    @friendly_errors
+    def go() -> None:
+        where, sep, attr = spec.rpartition(":")
+        if not sep or not where or not attr:
+            raise BadInput(f"{spec!r}: expected FILE.py:FACTORY or module:FACTORY")
+        try:
+            from remat_cli.runtime.torch_export import export_training_graph
+        except ImportError as e:
+            raise BadInput(
+                f"export-torch needs torch and onnxscript (pip install 'remat-cli[torch]'): {e}"
+            ) from None
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise BadInput(f"no file {where}")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            try:
+                module = importlib.import_module(where)
+            except ImportError as e:
+                raise BadInput(f"cannot import {where}: {e}") from None
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise BadInput(f"{where} has no function {attr!r}")
+        made = factory()
+        if not (isinstance(made, tuple) and len(made) == 3 and len(made[1]) == 2):
+            raise BadInput(f"{attr}() must return (model, (x, y), loss_fn)")
+        try:
+            out = export_training_graph(made, output, name=Path(output).stem, check=check)
+        except AssertionError as e:
+            raise BadInput(f"the export does not match torch autograd: {e}") from None
+        err.print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+    go()

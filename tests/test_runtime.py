@@ -19,7 +19,7 @@ from onnx import helper as oh
 
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file
-from remat_cli.runtime import RuntimeUnavailable, run_schedule
+from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
 from remat_cli.runtime.cli_command import export_torch_command, run_command
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
@@ -241,3 +241,9 @@ def test_export_torch_command(tmp_path: Path) -> None:
     graph = from_onnx_file(out)
     assert {n.phase for n in graph.nodes} >= {"forward", "loss", "backward"}
     assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4
+
+
+def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
+    other = from_onnx_file(GRAPHS / "torch_unet_train.onnx")
+    with pytest.raises(ModelMismatch, match="does not fit"):
+        run_schedule(MLP, mlp, checkpoint_all(other), repeat=1, warmup=0)

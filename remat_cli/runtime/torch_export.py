@@ -141,6 +141,9 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     params = [p.detach() for p in model.parameters()]
     with sdpa_kernel(SDPBackend.MATH):
         gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, x, y)
+    # The traced graph already holds the training-mode ops; its own flag only makes the
+    # exporter warn.
+    gm.eval()
     safe = [n.replace(".", "_") for n in names]
     program = torch.onnx.export(
         gm,
@@ -150,6 +153,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
         output_names=["loss", *(f"grad_{n}" for n in safe)],
         optimize=True,
         external_data=False,
+        verbose=False,
     )
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)

@@ -624,3 +624,13 @@ def generate_unet(depth: int, convs: int, seed: int, output: str | None) -> None
 def generate_transformer(layers: int, seed: int, output: str | None) -> None:
     """Transformer-encoder-like training graph."""
     _generated(generators.transformer(layers, seed=seed), output)
+
+
+def _register_runtime_commands() -> None:
+    from remat_cli.runtime.cli_command import export_torch_command, run_command
+
+    main.add_command(run_command)
+    main.add_command(export_torch_command)
+
+
+_register_runtime_commands()

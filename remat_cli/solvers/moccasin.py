@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import reduce
 
@@ -79,38 +79,43 @@ class _Space:
     """The time domain D and which events may start which copy: §2.1 eq. (9) or §2.3 eq. (11).
 
     Nodes are the modelled (needed) nodes, indexed k = 0..n-1 in the input topological order.
+    Staged events are numbered ``n·J + k`` for event k+1 of stage J (1-based) instead of eq.
+    (11)'s ``J(J-1)/2 + k + 1``: the same events in the same order (k < n), plus empty events
+    that change nothing (§2: memory only rises at compute events). The relabelling makes the
+    start of a copy an affine function of its stage J, so CP-SAT works with the dense domain of
+    J instead of a sparse set of O(n) values in a domain of size O(n²), which its presolve
+    handles very slowly.
     """
 
     n: int
     copies: list[int]  # C_v after capping
     staged: bool
-    horizon: int  # |D|: events are 1..horizon, a kept output's interval ends at horizon + 1
+    horizon: int  # events lie in 1..horizon; a kept output's interval ends at horizon + 1
 
     @staticmethod
     def build(n: int, c_v: list[int], staged: bool) -> _Space:
         if staged:
             # node k can be computed at most once per stage k+1..n (§2.3)
             copies = [min(c, n - k) for k, c in enumerate(c_v)]
-            return _Space(n, copies, True, n * (n + 1) // 2)
+            return _Space(n, copies, True, n * n + n - 1)
         return _Space(n, list(c_v), False, sum(c_v))
 
     def event(self, k: int, stage: int) -> int:
-        """§2.3: event k+1 of stage `stage` (1-based), i.e. time stage(stage-1)/2 + k + 1."""
-        return stage * (stage - 1) // 2 + k + 1
+        """Event k+1 of stage `stage` (1-based): node k's only slot in that stage (§2.3)."""
+        return self.n * stage + k
 
-    def first_start(self, k: int) -> int:
-        """§2.3: s_v^1 = j(j+1)/2 for the node at (1-based) position j = k+1."""
-        return self.event(k, k + 1)
-
-    def starts(self, k: int, i: int) -> list[int]:
-        """Feasible start events of copy i (0-based) of node k in the staged domain: copies lie in
-        distinct, increasing stages, so copy i is computed in stage k+1+i or later."""
-        return [self.event(k, j) for j in range(k + 1 + i, self.n + 1)]
+    def first_stage(self, k: int, i: int) -> int:
+        """Copy i (0-based) of node k: the first copy is pinned to stage k+1 (§2.3); copies lie in
+        distinct increasing stages, so copy i is computed in stage k+1+i or later."""
+        return k + 1 + i
 
     def last_start(self, k: int) -> int:
         if not self.staged:
             return self.horizon
-        return self.event(k, self.n) if self.copies[k] > 1 else self.first_start(k)
+        return self.event(k, self.n if self.copies[k] > 1 else k + 1)
+
+
+Expr = cp_model.LinearExprT
 
 
 @dataclass
@@ -125,16 +130,20 @@ class _Model:
     w: list[int]  # integer durations w_v
     preds: list[list[int]]
     keep: list[bool]
-    s: list[list[cp_model.IntVar | int]]
+    s: list[list[Expr]]  # s_v^i (staged: n·J_v^i + k, with J the stage variable)
+    stage: list[list[cp_model.IntVar | None]]  # J_v^i (staged, i ≥ 1)
     e: list[list[cp_model.IntVar]]
     size: list[list[cp_model.IntVar]]
     a: list[list[cp_model.IntVar | int]]
+    absent: list[list[int]]  # the pinned start of an absent copy
+    cover: list[tuple[int, int, int, int, cp_model.IntVar]]  # (u, j, v, i, literal)
     m_var: cp_model.IntVar
     duration: cp_model.LinearExpr
-    absent_start: list[list[int]] = field(default_factory=list)
 
 
-def _build(view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, staged: bool) -> _Model:
+def _build(
+    view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, staged: bool, precedence: str
+) -> _Model:
     nodes = [i for i in range(len(view)) if view.needed[i]]
     local = {v: k for k, v in enumerate(nodes)}
     n = len(nodes)
@@ -150,52 +159,51 @@ def _build(view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, stag
     space = _Space.build(n, cv, staged)
     H = space.horizon
     model = cp_model.CpModel()
-    s: list[list[cp_model.IntVar | int]] = []
+    s: list[list[Expr]] = []
+    stage: list[list[cp_model.IntVar | None]] = []
     e: list[list[cp_model.IntVar]] = []
     size: list[list[cp_model.IntVar]] = []
     a: list[list[cp_model.IntVar | int]] = []
-    absent_start: list[list[int]] = []
+    absent: list[list[int]] = []
     mem_intervals: list[cp_model.IntervalVar] = []
     mem_demands: list[int] = []
     compute_intervals: list[cp_model.IntervalVar] = []
-    present_count = sum(1 for _ in range(n))  # first copies, eq. (7)
     for k in range(n):
         # An interval of a node that is not kept is useless after its last possible reader.
         end_ub = H + 1 if keep[k] else max((space.last_start(u) for u in succs[k]), default=0) + 1
-        sk: list[cp_model.IntVar | int] = []
+        sk: list[Expr] = []
+        jk: list[cp_model.IntVar | None] = []
         ek: list[cp_model.IntVar] = []
         zk: list[cp_model.IntVar] = []
         ak: list[cp_model.IntVar | int] = []
         absk: list[int] = []
         for i in range(space.copies[k]):
-            if i == 0:
-                lit: cp_model.IntVar | int = 1  # eq. (7): a_v^1 = 1
-                if staged:
-                    start: cp_model.IntVar | int = space.first_start(k)  # §2.3: pinned
-                    lo = start
+            lit: cp_model.IntVar | int = 1 if i == 0 else model.new_bool_var(f"a{k}_{i}")  # eq. (7)
+            jvar: cp_model.IntVar | None = None
+            start: Expr
+            if staged:
+                lo_stage = space.first_stage(k, i)
+                lo = space.event(k, lo_stage)
+                if i == 0:
+                    start = lo  # §2.3: s_v^1 is pinned to the last event of stage v
                 else:
-                    start = model.new_int_var(1, H, f"s{k}_{i}")
-                    lo = 1
+                    jvar = model.new_int_var(lo_stage, n, f"J{k}_{i}")
+                    start = n * jvar + k
             else:
-                lit = model.new_bool_var(f"a{k}_{i}")
-                if staged:
-                    dom = space.starts(k, i)
-                    start = model.new_int_var_from_domain(cp_model.Domain.from_values(dom), f"s{k}_{i}")
-                    lo = dom[0]
-                else:
-                    start = model.new_int_var(1, H, f"s{k}_{i}")
-                    lo = 1
-            end = model.new_int_var(lo + 1, max(end_ub, lo + 1), f"e{k}_{i}")
-            z = model.new_int_var(1, max(end_ub, lo + 1) - lo, f"z{k}_{i}")
-            # eq. (2) s ≤ e (strict in the half-open convention: the compute event is retained)
+                lo = 1
+                start = model.new_int_var(1, H, f"s{k}_{i}")
+            hi_end = max(end_ub, lo + 1)
+            end = model.new_int_var(lo + 1, hi_end, f"e{k}_{i}")
+            z = model.new_int_var(1, hi_end - lo, f"z{k}_{i}")
+            # eq. (2) s ≤ e (strict when half-open: the compute event is part of the interval)
             iv = model.new_optional_interval_var(start, z, end, lit, f"r{k}_{i}")
             if mem[k] > 0:
                 mem_intervals.append(iv)
                 mem_demands.append(mem[k])
-            cv_iv = model.new_optional_fixed_size_interval_var(start, 1, lit, f"c{k}_{i}")
-            compute_intervals.append(cv_iv)
+            unit = model.new_optional_fixed_size_interval_var(start, 1, lit, f"c{k}_{i}")
+            compute_intervals.append(unit)
             if ws[k] > 0:
-                mem_intervals.append(cv_iv)
+                mem_intervals.append(unit)
                 mem_demands.append(ws[k])
             if i > 0:
                 assert not isinstance(lit, int)
@@ -207,6 +215,7 @@ def _build(view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, stag
                 model.add(start == lo).only_enforce_if(~lit)
                 model.add(end == lo + 1).only_enforce_if(~lit)
             sk.append(start)
+            jk.append(jvar)
             ek.append(end)
             zk.append(z)
             ak.append(lit)
@@ -214,51 +223,76 @@ def _build(view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, stag
         if keep[k]:
             # graph outputs stay live to the end: the last present copy ends after event H
             for i in range(len(ak)):
-                cond = [ak[i]] if i + 1 == len(ak) else [ak[i], ~ak[i + 1]]
-                cond = [c for c in cond if not isinstance(c, int)]
-                model.add(ek[i] == H + 1).only_enforce_if(cond)
+                cond = [ak[i]] if i + 1 == len(ak) else [ak[i], ~ak[i + 1]]  # type: ignore[operator]
+                model.add(ek[i] == H + 1).only_enforce_if([c for c in cond if not isinstance(c, int)])
         s.append(sk)
+        stage.append(jk)
         e.append(ek)
         size.append(zk)
         a.append(ak)
-        absent_start.append(absk)
+        absent.append(absk)
 
-    # eq. (13) (phase 1) / eq. (4) (phase 2, with M_var fixed to the capacity M − resident)
+    # eq. (13) (phase 1) / eq. (4) (phase 2, with M_var ≤ M): the memory of the present intervals
+    # at every event, against the capacity M − resident.
     peak_ub = sum(mem) + max(ws, default=0)
     m_var = model.new_int_var(min(cap, peak_ub), max(cap, peak_ub), "M_var")
     if mem_intervals:
         model.add_cumulative(mem_intervals, mem_demands, m_var)
 
-    # eq. (5) via reservoirs with the level changes of eq. (10): at every present start of v, one
-    # present interval of each predecessor u covers it (s_u < s_v < e_u).
+    # eq. (5): at every present start of v, one present interval of each predecessor u covers
+    # it (s_u < s_v < e_u in the half-open convention).
+    cover: list[tuple[int, int, int, int, cp_model.IntVar]] = []
     for v in range(n):
         for u in preds[v]:
             for i in range(space.copies[v]):
-                times = [s[v][i], s[v][i] + 1]
-                changes = [-1, 1]
-                actives = [a[v][i], a[v][i]]
+                if precedence == "reservoir":
+                    # §2.2: a reservoir with actives and the level changes of eq. (10)
+                    times = [s[v][i], s[v][i] + 1]
+                    changes = [-1, 1]
+                    actives = [a[v][i], a[v][i]]
+                    for j in range(space.copies[u]):
+                        times += [s[u][j], e[u][j]]
+                        changes += [1, -1]
+                        actives += [a[u][j], a[u][j]]
+                    model.add_reservoir_constraint_with_active(times, changes, actives, 0, 1)
+                    continue
+                # The same disjunction with one literal per candidate copy j of u:
+                # c ⇒ a_u^j ∧ s_u^j + 1 ≤ s_v^i ≤ e_u^j − 1. This is what CP-SAT's presolve
+                # expands the reservoir into, minus the order literals between every pair of its
+                # events, which make the expanded model several times larger.
+                lits = []
                 for j in range(space.copies[u]):
-                    times += [s[u][j], e[u][j]]
-                    changes += [1, -1]
-                    actives += [a[u][j], a[u][j]]
-                model.add_reservoir_constraint_with_active(times, changes, actives, 0, 1)
+                    c = model.new_bool_var(f"c{u}_{j}_{v}_{i}")
+                    if not isinstance(a[u][j], int):
+                        model.add_implication(c, a[u][j])
+                    if staged and i == 0 and j == 0:
+                        pass  # s_u^1 < s_v^1 holds by the pinned stages (u precedes v)
+                    else:
+                        model.add(s[u][j] + 1 <= s[v][i]).only_enforce_if(c)
+                    model.add(e[u][j] >= s[v][i] + 1).only_enforce_if(c)
+                    lits.append(c)
+                    cover.append((u, j, v, i, c))
+                if isinstance(a[v][i], int):
+                    model.add_bool_or(lits)
+                else:
+                    model.add_bool_or(lits).only_enforce_if(a[v][i])
 
     if not staged:
         # eq. (6): compute events never coincide. The staged domain implies it (§2.3); here the
         # unit compute intervals of present copies may not overlap.
         model.add_no_overlap(compute_intervals)
         # Idle events change nothing, so present copies use events 1..K without gaps.
-        lits = [x for ak in a for x in ak]
-        present = sum(lits)
+        present = sum(x for ak in a for x in ak)
         for k in range(n):
             for i in range(space.copies[k]):
                 if isinstance(a[k][i], int):
                     model.add(s[k][i] <= present)
                 else:
                     model.add(s[k][i] <= present).only_enforce_if(a[k][i])
-    del present_count
     duration = sum(w[k] * x for k in range(n) for x in a[k])  # eq. (1)
-    return _Model(model, space, nodes, mem, ws, w, preds, keep, s, e, size, a, m_var, duration, absent_start)
+    return _Model(
+        model, space, nodes, mem, ws, w, preds, keep, s, stage, e, size, a, absent, cover, m_var, duration
+    )
 
 
 # ---------------------------------------------------------------- solutions <-> sequences
@@ -321,6 +355,108 @@ def _map_sequence(m: _Model, seq: list[int]) -> list[list[Interval]] | None:
     return _intervals_of_sequence(m, new_seq, events)
 
 
+def _staged_eviction(m: _Model, cap: int, score: int) -> list[int] | None:
+    """A memory-feasible starting point inside the staged space (not from the paper).
+
+    Phase 1 (§2.4) exists because no easy feasible solution is known, and on tight budgets
+    CP-SAT spends most of its time there. This walks the stages in order; when an event would
+    exceed `cap` it drops a retained output not needed in the rest of the stage — its interval
+    then ends right after its last use so far — choosing the largest m·(distance to next use)/w
+    (score 0), m·distance (1) or m (2). A dropped output that is read later is *pending*: it is
+    recomputed in the stage of its next reader, in node order, so its own inputs stay retained
+    (or pending in turn) and at most C_v computations are ever needed. When no output can be
+    dropped the event goes over `cap`, and the result can only start phase 1. CP-SAT only gets
+    the result as a hint.
+    """
+    n = m.space.n
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        for u in m.preds[v]:
+            consumers[u].append(v)
+    for c in consumers:
+        c.sort()
+    live: set[int] = set()
+    pending: set[int] = set()
+    level = 0
+    count = [0] * n
+    seq: list[int] = []
+
+    def next_use(x: int, j: int, memo: dict[int, int]) -> int:
+        """The stage of x's next reader (through pending outputs); -1 when none, n+1 if kept."""
+        if x in memo:
+            return memo[x]
+        best = n + 1 if m.keep[x] else -1
+        for c in consumers[x]:
+            if c > j:
+                best = c if best < 0 else min(best, c)
+                break
+        for c in consumers[x]:
+            if c in pending:
+                t = next_use(c, j, memo)
+                if t >= 0:
+                    best = t if best < 0 else min(best, t)
+        memo[x] = best
+        return best
+
+    for j in range(n):
+        need: set[int] = set()
+        stack = [j]
+        while stack:
+            for p in m.preds[stack.pop()]:
+                if p not in live and p not in need:
+                    need.add(p)
+                    stack.append(p)
+        stage = sorted(need) + [j]
+        for pos, r in enumerate(stage):
+            if count[r] >= m.space.copies[r]:
+                return None
+            pinned = {p for q in stage[pos:] for p in m.preds[q]}
+            memo: dict[int, int] = {}
+            while level + m.mem[r] + m.ws[r] > cap:
+                best, best_key, best_revive = -1, -1.0, set()
+                for x in live:
+                    if x in pinned or m.keep[x] or count[x] >= m.space.copies[x]:
+                        continue
+                    # inputs of x freed for good must be recomputed with it: they are revived
+                    revive: set[int] = set()
+                    stack = [x]
+                    while stack:
+                        for p in m.preds[stack.pop()]:
+                            if p not in live and p not in pending and p not in revive:
+                                revive.add(p)
+                                stack.append(p)
+                    if any(count[p] >= m.space.copies[p] for p in revive):
+                        continue
+                    dist = next_use(x, j, memo) - j
+                    extra = sum(m.w[p] for p in revive)
+                    if score == 0:
+                        key = m.mem[x] * dist / (m.w[x] + extra + 1)
+                    elif score == 1:
+                        key = m.mem[x] * dist / (extra + 1)
+                    else:
+                        key = m.mem[x] / (extra + 1)
+                    if key > best_key or (key == best_key and x < best):
+                        best, best_key, best_revive = x, key, revive
+                if best < 0:
+                    break  # stuck: go over `cap` here; the result can still start phase 1
+                pending |= best_revive
+                live.discard(best)
+                pending.add(best)
+                level -= m.mem[best]
+                memo.clear()
+            seq.append(r)
+            count[r] += 1
+            pending.discard(r)
+            live.add(r)
+            level += m.mem[r]
+        # outputs nobody reads any more, directly or through a pending output, are freed
+        memo = {}
+        for x in [x for x in live if next_use(x, j, memo) < 0]:
+            live.discard(x)
+            level -= m.mem[x]
+    return seq
+
+
 def _fits(m: _Model, ivs: list[list[Interval]]) -> bool:
     return all(len(x) <= m.space.copies[k] for k, x in enumerate(ivs))
 
@@ -344,26 +480,29 @@ def _sequence_of(ivs: list[list[Interval]]) -> list[int]:
     return [k for _, k in sorted((st, k) for k, lst in enumerate(ivs) for st, _ in lst)]
 
 
-def _hint(m: _Model, ivs: list[list[Interval]], peak: int | None) -> None:
-    """Give CP-SAT a complete hint: every s, e, a, size (and M_var in phase 1)."""
+def _hint(m: _Model, ivs: list[list[Interval]], peak: int) -> None:
+    """Give CP-SAT a complete hint (every variable), so it starts from this solution."""
     m.model.clear_hints()
-    used = {st for lst in ivs for st, _ in lst}
+    n = m.space.n
     for k in range(len(m.nodes)):
         for i in range(m.space.copies[k]):
             if i < len(ivs[k]):
-                st, en, on = ivs[k][i][0], ivs[k][i][1], 1
+                (st, en), on = ivs[k][i], 1
             else:
-                st, on = m.absent_start[k][i], 0
+                st, on = m.absent[k][i], 0
                 en = st + 1
-            if not isinstance(m.s[k][i], int):
+            if m.stage[k][i] is not None:
+                m.model.add_hint(m.stage[k][i], st // n)
+            elif not isinstance(m.s[k][i], int):
                 m.model.add_hint(m.s[k][i], st)
             if not isinstance(m.a[k][i], int):
                 m.model.add_hint(m.a[k][i], on)
             m.model.add_hint(m.e[k][i], en)
             m.model.add_hint(m.size[k][i], en - st)
-    del used
-    if peak is not None:
-        m.model.add_hint(m.m_var, peak)
+    for u, j, v, i, c in m.cover:
+        on = j < len(ivs[u]) and i < len(ivs[v]) and ivs[u][j][0] < ivs[v][i][0] < ivs[u][j][1]
+        m.model.add_hint(c, int(on))
+    m.model.add_hint(m.m_var, max(peak, m.m_var.proto.domain[0]))  # M_var ≥ M, eq. (12)
 
 
 class _Incumbents(cp_model.CpSolverSolutionCallback):
@@ -396,16 +535,15 @@ class _Incumbents(cp_model.CpSolverSolutionCallback):
             )
 
 
-def _read(m: _Model, value: object) -> list[list[Interval]]:
-    val = value  # CpSolver.value or CpSolverSolutionCallback.value
+def _read(m: _Model, value: Callable[[Expr], int]) -> list[list[Interval]]:
+    """Present intervals per node from a solution (`CpSolver.value` or a callback's `value`)."""
     out: list[list[Interval]] = []
     for k in range(len(m.nodes)):
         lst = []
         for i in range(m.space.copies[k]):
-            on = m.a[k][i] if isinstance(m.a[k][i], int) else val(m.a[k][i])  # type: ignore[operator]
-            if on:
-                st = m.s[k][i] if isinstance(m.s[k][i], int) else val(m.s[k][i])  # type: ignore[operator]
-                lst.append((int(st), int(val(m.e[k][i]))))  # type: ignore[operator]
+            if isinstance(m.a[k][i], int) or value(m.a[k][i]):
+                st = m.s[k][i] if isinstance(m.s[k][i], int) else value(m.s[k][i])
+                lst.append((int(st), int(value(m.e[k][i]))))
         out.append(lst)
     return out
 
@@ -435,6 +573,13 @@ class Moccasin(Solver):
     params = (
         Param("max_copies", int, 2, "C_v: at most this many computations of a node (§2)"),
         Param("free_order", bool, False, "free operator order (§2.1, domain ΣC_v) instead of the staged one"),
+        Param(
+            "precedence",
+            str,
+            "reservoir",
+            "eq. (5) as reservoirs (§2.2, eq. 10) or as one cover literal per predecessor copy",
+            choices=("reservoir", "literals"),
+        ),
     )
 
     def notes(self) -> str:
@@ -463,7 +608,7 @@ class Moccasin(Solver):
             )
         needed = [i for i in range(len(view)) if view.needed[i]]
         w, unit = _integer_costs([view.cost[i] for i in needed] or [0.0])
-        m = _build(view, cap, unit_mem, w, c_v, staged)
+        m = _build(view, cap, unit_mem, w, c_v, staged, str(params["precedence"]))
 
         # Starting points: --hint, the greedy solver, the baseline (§2.4: phase 2 starts from a
         # memory-feasible solution; phase 1 from the lowest-peak one when none fits).
@@ -474,9 +619,14 @@ class Moccasin(Solver):
         if greedy:
             candidates.append(("greedy", greedy))
         candidates.append(("baseline", baseline_steps(graph)))
+        sequences = [(name, _local_sequence(m, graph, steps)) for name, steps in candidates]
+        for score in range(3):
+            seq = _staged_eviction(m, cap, score)
+            if seq is not None:
+                sequences.append((f"eviction-{score}", seq))
         starts: list[tuple[int, int, str, list[list[Interval]]]] = []  # (peak, cost, name, ivs)
-        for cname, steps in candidates:
-            ivs = _map_sequence(m, _local_sequence(m, graph, steps))
+        for cname, seq in sequences:
+            ivs = _map_sequence(m, seq)
             if ivs is None or not _fits(m, ivs):
                 continue
             cost = sum(m.w[k] * len(x) for k, x in enumerate(ivs))
@@ -488,6 +638,9 @@ class Moccasin(Solver):
             prm = solver.parameters
             prm.num_workers = max(1, options.workers)
             prm.random_seed = options.seed
+            # Probing dominates presolve on these models (seconds at n = 250, repeated in every
+            # LNS neighbourhood) and finds little: the intervals' domains are already tight.
+            prm.cp_model_probing_level = 0
             if remaining is not None:
                 prm.max_time_in_seconds = max(0.01, remaining)
                 if options.workers <= 1:
@@ -542,7 +695,7 @@ class Moccasin(Solver):
         m.model.clear_objective()
         m.model.add(m.m_var <= cap)
         m.model.minimize(m.duration)
-        _hint(m, start_ivs, None)
+        _hint(m, start_ivs, cap)
         remaining = options.remaining()
         if remaining is not None and remaining <= 0.05:
             return self._result(fallback, "feasible", fallback_cost, None, unit, used, notes + ["no time left"])

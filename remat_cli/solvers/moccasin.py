@@ -576,7 +576,7 @@ class Moccasin(Solver):
         Param(
             "precedence",
             str,
-            "reservoir",
+            "literals",
             "eq. (5) as reservoirs (§2.2, eq. 10) or as one cover literal per predecessor copy",
             choices=("reservoir", "literals"),
         ),
@@ -620,10 +620,27 @@ class Moccasin(Solver):
             candidates.append(("greedy", greedy))
         candidates.append(("baseline", baseline_steps(graph)))
         sequences = [(name, _local_sequence(m, graph, steps)) for name, steps in candidates]
-        for score in range(3):
-            seq = _staged_eviction(m, cap, score)
-            if seq is not None:
-                sequences.append((f"eviction-{score}", seq))
+        # The eviction start at the budget; failing that, at looser targets, whose result can
+        # still have a lower peak than anything else to start phase 1 from. Bounded by a tenth of
+        # the time limit, since it is Python and only a hint.
+        t_heur = time.monotonic()
+        heur_budget = None if options.time_limit is None else 0.1 * options.time_limit
+        peak_ub = sum(m.mem) + max(m.ws, default=0)
+        targets = sorted({min(peak_ub, int(cap * (1 + x / 40))) for x in range(7)})
+        for target in targets:
+            found = False
+            for score in range(3):
+                if heur_budget is not None and time.monotonic() - t_heur > heur_budget:
+                    break
+                seq = _staged_eviction(m, target, score)
+                if seq is None:
+                    continue
+                ivs = _map_sequence(m, seq)
+                if ivs is not None and _folded_peak(m, ivs) <= target:
+                    found = True
+                    sequences.append((f"eviction-{score}@{target * unit_mem + view.resident}", seq))
+            if found:
+                break
         starts: list[tuple[int, int, str, list[list[Interval]]]] = []  # (peak, cost, name, ivs)
         for cname, seq in sequences:
             ivs = _map_sequence(m, seq)

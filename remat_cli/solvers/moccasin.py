@@ -306,7 +306,7 @@ def _intervals_of_sequence(m: _Model, seq: list[int], events: list[int]) -> list
     n = len(m.nodes)
     out: list[list[Interval]] = [[] for _ in range(n)]
     open_: dict[int, list[int]] = {}  # node -> [start, last use]
-    for k, t in zip(seq, events):
+    for k, t in zip(seq, events, strict=True):
         for u in m.preds[k]:
             if u in open_:
                 open_[u][1] = t
@@ -510,7 +510,8 @@ class _Incumbents(cp_model.CpSolverSolutionCallback):
 
     def __init__(self, m: _Model, graph: Graph, options: SolveOptions, phase: int, cap: int, unit: float):
         super().__init__()
-        self.m, self.graph, self.options, self.phase, self.cap, self.unit = m, graph, options, phase, cap, unit
+        self.m, self.graph, self.options = m, graph, options
+        self.phase, self.cap, self.unit = phase, cap, unit
 
     def intervals(self) -> list[list[Interval]]:
         return _read(self.m, self.value)
@@ -715,7 +716,9 @@ class Moccasin(Solver):
         _hint(m, start_ivs, cap)
         remaining = options.remaining()
         if remaining is not None and remaining <= 0.05:
-            return self._result(fallback, "feasible", fallback_cost, None, unit, used, notes + ["no time left"])
+            return self._result(
+                fallback, "feasible", fallback_cost, None, unit, used, notes + ["no time left"]
+            )
         solver = new_solver(remaining)
         cb = _Incumbents(m, graph, options, 2, cap, unit)
         t0 = time.monotonic()

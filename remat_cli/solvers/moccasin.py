@@ -34,6 +34,7 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -355,14 +356,15 @@ def _map_sequence(m: _Model, seq: list[int]) -> list[list[Interval]] | None:
     return _intervals_of_sequence(m, new_seq, events)
 
 
-def _staged_eviction(m: _Model, cap: int, score: int) -> list[int] | None:
+def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[int] | None:
     """A memory-feasible starting point inside the staged space (not from the paper).
 
     Phase 1 (§2.4) exists because no easy feasible solution is known, and on tight budgets
     CP-SAT spends most of its time there. This walks the stages in order; when an event would
     exceed `cap` it drops a retained output not needed in the rest of the stage — its interval
     then ends right after its last use so far — choosing the largest m·(distance to next use)/w
-    (score 0), m·distance (1) or m (2). A dropped output that is read later is *pending*: it is
+    (score 0), m·distance (1) or m (2), among outputs whose recomputation needs at most
+    `max_chain` other outputs that are not retained. A dropped output that is read later is *pending*: it is
     recomputed in the stage of its next reader, in node order, so its own inputs stay retained
     (or pending in turn) and at most C_v computations are ever needed. When no output can be
     dropped the event goes over `cap`, and the result can only start phase 1. CP-SAT only gets
@@ -417,18 +419,20 @@ def _staged_eviction(m: _Model, cap: int, score: int) -> list[int] | None:
                 for x in live:
                     if x in pinned or m.keep[x] or count[x] >= m.space.copies[x]:
                         continue
-                    # inputs of x freed for good must be recomputed with it: they are revived
-                    revive: set[int] = set()
+                    # Inputs of x that are not retained must be recomputed with it (those freed
+                    # for good are revived as pending); long chains can pile up into one stage.
+                    chain: set[int] = set()
                     stack = [x]
-                    while stack:
+                    while stack and len(chain) <= max_chain:
                         for p in m.preds[stack.pop()]:
-                            if p not in live and p not in pending and p not in revive:
-                                revive.add(p)
+                            if p not in live and p not in chain:
+                                chain.add(p)
                                 stack.append(p)
-                    if any(count[p] >= m.space.copies[p] for p in revive):
+                    if len(chain) > max_chain or any(count[p] >= m.space.copies[p] for p in chain):
                         continue
+                    revive = {p for p in chain if p not in pending}
                     dist = next_use(x, j, memo) - j
-                    extra = sum(m.w[p] for p in revive)
+                    extra = sum(m.w[p] for p in chain)
                     if score == 0:
                         key = m.mem[x] * dist / (m.w[x] + extra + 1)
                     elif score == 1:
@@ -449,11 +453,13 @@ def _staged_eviction(m: _Model, cap: int, score: int) -> list[int] | None:
             pending.discard(r)
             live.add(r)
             level += m.mem[r]
-        # outputs nobody reads any more, directly or through a pending output, are freed
-        memo = {}
-        for x in [x for x in live if next_use(x, j, memo) < 0]:
-            live.discard(x)
-            level -= m.mem[x]
+            # outputs nobody reads any more (in this stage, later, or through a pending output)
+            # are freed right after this event
+            still = {p for q in stage[pos + 1 :] for p in m.preds[q]}
+            memo = {}
+            for x in [x for x in live if x not in still and next_use(x, j, memo) < 0]:
+                live.discard(x)
+                level -= m.mem[x]
     return seq
 
 
@@ -630,16 +636,17 @@ class Moccasin(Solver):
         targets = sorted({min(peak_ub, int(cap * (1 + x / 40))) for x in range(7)})
         for target in targets:
             found = False
-            for score in range(3):
+            for score, max_chain in itertools.product(range(3), (1, len(m.nodes))):
                 if heur_budget is not None and time.monotonic() - t_heur > heur_budget:
                     break
-                seq = _staged_eviction(m, target, score)
+                seq = _staged_eviction(m, target, score, max_chain)
                 if seq is None:
                     continue
                 ivs = _map_sequence(m, seq)
                 if ivs is not None and _folded_peak(m, ivs) <= target:
                     found = True
-                    sequences.append((f"eviction-{score}@{target * unit_mem + view.resident}", seq))
+                    name = f"eviction-{score}/{max_chain}@{target * unit_mem + view.resident}"
+                    sequences.append((name, seq))
             if found:
                 break
         starts: list[tuple[int, int, str, list[list[Interval]]]] = []  # (peak, cost, name, ivs)

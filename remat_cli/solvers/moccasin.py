@@ -632,13 +632,18 @@ class Moccasin(Solver):
         # the time limit, since it is Python and only a hint.
         t_heur = time.monotonic()
         heur_budget = None if options.time_limit is None else 0.1 * options.time_limit
+        # with one worker (reproducible runs) a count bounds it instead of the clock
+        runs, max_runs = 0, 12 if options.workers <= 1 else 10**9
+        if options.workers <= 1:
+            heur_budget = None
         peak_ub = sum(m.mem) + max(m.ws, default=0)
         targets = sorted({min(peak_ub, int(cap * (1 + x / 40))) for x in range(7)})
         for target in targets:
             found = False
             for score, max_chain in itertools.product(range(3), (1, len(m.nodes))):
-                if heur_budget is not None and time.monotonic() - t_heur > heur_budget:
+                if runs >= max_runs or (heur_budget is not None and time.monotonic() - t_heur > heur_budget):
                     break
+                runs += 1
                 seq = _staged_eviction(m, target, score, max_chain)
                 if seq is None:
                     continue
@@ -658,6 +663,11 @@ class Moccasin(Solver):
             starts.append((_folded_peak(m, ivs), cost, cname, ivs))
         feasible = sorted((c, p, nm, ivs) for p, c, nm, ivs in starts if p <= cap)
 
+        # With one worker the run must repeat exactly for a seed: CP-SAT stops on deterministic
+        # time, split between the phases by what phase 1 actually used (also deterministic).
+        deterministic = options.workers <= 1
+        det_left = None if options.time_limit is None else options.time_limit * DETERMINISTIC_FRACTION
+
         def new_solver(remaining: float | None) -> cp_model.CpSolver:
             solver = cp_model.CpSolver()
             prm = solver.parameters
@@ -668,8 +678,8 @@ class Moccasin(Solver):
             prm.cp_model_probing_level = 0
             if remaining is not None:
                 prm.max_time_in_seconds = max(0.01, remaining)
-                if options.workers <= 1:
-                    prm.max_deterministic_time = max(0.01, remaining * DETERMINISTIC_FRACTION)
+            if deterministic and det_left is not None:
+                prm.max_deterministic_time = max(0.01, det_left)
             return solver
 
         notes: list[str] = []
@@ -686,6 +696,8 @@ class Moccasin(Solver):
             solver = new_solver(options.remaining())
             cb = _Incumbents(m, graph, options, 1, cap, unit)
             status = solver.solve(m.model, cb)
+            if det_left is not None:
+                det_left -= solver.deterministic_time
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 return SolverResult(
                     steps=None,

@@ -5,8 +5,13 @@ Neural Networks", ICML 2023 (`shared/papers/moccasin.txt`), §2 whole:
 
 - §2.1 eqs. (1)–(9): every node v owns up to C_v *retention intervals* [s_v^i, e_v^i] with a
   presence literal a_v^i; an interval's first event computes v, the rest retains its output.
-- §2.2: memory (4) as a CP ``cumulative`` and precedence (5) as ``reservoir`` constraints with
-  actives built from the level changes of eq. (10).
+- §2.2: memory (4) as a CP ``cumulative``; precedence (5) as ``reservoir`` constraints with
+  actives built from the level changes of eq. (10) (``--precedence reservoir``), or — the
+  default — as the disjunction of (5) written directly with one literal per predecessor copy
+  ("this copy of u covers this start of v"). Both state the same constraint; CP-SAT's presolve
+  expands each reservoir into such literals *plus* order literals between every pair of its
+  events, and spends most of its time probing them (20 s of presolve on RL n100 against ~1 s),
+  so the literal form is what reaches the paper's results in time.
 - §2.3 eq. (11): the *staged* time domain that enforces the input topological order — stage j
   has j events, event k of a stage may only compute node k, and the first interval of node j is
   pinned to the last event of stage j. This is the default, as in the paper's tables.
@@ -27,6 +32,15 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 - **Integer data.** CP-SAT is integral: memory is divided by the gcd of all sizes (exact), and
   durations w_v are scaled to integers preserving their ratios (exact for costs with at most
   six decimals, otherwise rounded at 1e-6 of the largest cost; `_integer_costs`).
+- **Stage numbering.** Staged events are numbered n·J + k instead of eq. (11)'s
+  J(J−1)/2 + k + 1 (same events, same order, plus empty ones), so a copy's start is affine in
+  its stage variable J (see `_Space`).
+- **Symmetry.** Copies of a node are used in order (a^{i+1} ⇒ a^i) and absent copies are pinned;
+  in the free-order variant present copies occupy events 1..K without gaps.
+- **Starting points.** Phase 2 starts from the cheapest memory-feasible candidate among
+  ``--hint``, the `greedy` solver (when installed), the baseline and a staged eviction heuristic
+  (`_staged_eviction`, not from the paper); phase 1 runs only when none fits, from the
+  lowest-peak one.
 - **Decoding.** Present intervals sorted by start give the compute sequence; the shared
   ``steps_from_sequence`` frees every value right after its last use, which never uses more
   memory than the intervals retained, so the simulator confirms the budget.
@@ -361,14 +375,14 @@ def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[in
 
     Phase 1 (§2.4) exists because no easy feasible solution is known, and on tight budgets
     CP-SAT spends most of its time there. This walks the stages in order; when an event would
-    exceed `cap` it drops a retained output not needed in the rest of the stage — its interval
-    then ends right after its last use so far — choosing the largest m·(distance to next use)/w
-    (score 0), m·distance (1) or m (2), among outputs whose recomputation needs at most
-    `max_chain` other outputs that are not retained. A dropped output that is read later is *pending*: it is
-    recomputed in the stage of its next reader, in node order, so its own inputs stay retained
-    (or pending in turn) and at most C_v computations are ever needed. When no output can be
-    dropped the event goes over `cap`, and the result can only start phase 1. CP-SAT only gets
-    the result as a hint.
+    exceed `cap` it drops a retained output not needed in the rest of the stage (its interval
+    then ends right after its last use so far). Candidates are outputs whose recomputation
+    needs at most `max_chain` other outputs that are not retained; the one dropped maximises
+    m·d/(w + w_chain + 1) (score 0), m·d/(w_chain + 1) (1) or m/(w_chain + 1) (2), with d the
+    distance to its next reader and w_chain the cost of that chain. A dropped output that is
+    read later is *pending*: it is recomputed (with its chain) in the stage of its next reader,
+    in node order, so at most C_v computations are ever needed. When nothing can be dropped the
+    event goes over `cap`, and the result can only start phase 1. CP-SAT gets it as a hint.
     """
     n = m.space.n
     consumers: list[list[int]] = [[] for _ in range(n)]
@@ -614,6 +628,8 @@ class Moccasin(Solver):
                 best_peak=view.resident,
             )
         needed = [i for i in range(len(view)) if view.needed[i]]
+        if not needed:  # the outputs are inputs or parameters: nothing to run
+            return SolverResult(steps=[], status="optimal", backend="none", objective=0.0, params=used)
         w, unit = _integer_costs([view.cost[i] for i in needed] or [0.0])
         m = _build(view, cap, unit_mem, w, c_v, staged, str(params["precedence"]))
 

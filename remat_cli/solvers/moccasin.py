@@ -607,7 +607,8 @@ class Moccasin(Solver):
         return (
             "Default is the fixed-input-order staged variant (§2.3) as in the paper's tables; "
             "'optimal' is a proof within that space with at most --max-copies computations per node. "
-            "Hints: --hint, the greedy solver when installed, else the baseline."
+            "Starts from --hint, the greedy solver when installed, the baseline and a staged eviction "
+            "heuristic; phase 1 runs only when none of them fits the budget."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
@@ -617,7 +618,7 @@ class Moccasin(Solver):
         view = graph.node_view
         unit_mem = reduce(math.gcd, [x for x in view.mem + view.workspace if x > 0], 0) or 1
         cap = (budget - view.resident) // unit_mem if budget >= view.resident else -1
-        used = {"max_copies": c_v, "free_order": not staged}
+        used = {"max_copies": c_v, "free_order": not staged, "precedence": str(params["precedence"])}
         if cap < 0:
             return SolverResult(
                 steps=None,
@@ -633,8 +634,9 @@ class Moccasin(Solver):
         w, unit = _integer_costs([view.cost[i] for i in needed] or [0.0])
         m = _build(view, cap, unit_mem, w, c_v, staged, str(params["precedence"]))
 
-        # Starting points: --hint, the greedy solver, the baseline (§2.4: phase 2 starts from a
-        # memory-feasible solution; phase 1 from the lowest-peak one when none fits).
+        # Starting points: --hint, the greedy solver, the baseline, the eviction heuristic (§2.4:
+        # phase 2 starts from a memory-feasible solution; phase 1 from the lowest-peak one when
+        # none fits).
         candidates: list[tuple[str, list[Step]]] = []
         if options.hint:
             candidates.append(("hint", options.hint))

@@ -1,0 +1,401 @@
+"""greedy: a DTR-style eviction heuristic for any DAG and any budget.
+
+Kirisame et al., "Dynamic Tensor Rematerialization", ICLR'21, §2 (the DTR runtime: evict when an
+allocation would exceed the budget, rematerialize evicted tensors on demand) and §3 (the eviction
+heuristic h_DTR(t) = c(t) / (m(t) · s(t)): compute cost c, memory m, staleness s; the e* variant
+charges c with the cost of the evicted neighbourhood that recomputing t would also need).
+
+We run the graph's `order` (needed nodes only) as DTR runs a program, with the schedule known in
+advance. Before each compute, while live bytes + the node's outputs + workspace exceed the budget,
+the live intermediate value with the smallest h is evicted; values that are graph outputs, inputs
+of the node about to run (locked), outputs of non-recomputable nodes, or empty are never evicted.
+A missing input is rematerialized by recomputing its producer, recursively (which may evict more).
+A value whose last use in the order has passed is freed at once (DTR's "banishing"), and
+recomputed like an evicted one if a rematerialization needs it again.
+
+Multi-output nodes: outputs are evicted one by one; recomputing the node first frees its outputs
+that are still live (the simulator forbids computing a node whose outputs are live) and makes them
+all live again.
+
+Because the order is known, staleness can be replaced by the distance to the value's next use in
+the order (Belady's rule): variant `belady`. The solver runs a small fixed set of variants
+(DTR / Belady staleness, with and without the e* cost) and a short sweep of the internal eviction
+threshold above the budget (the decoded schedule frees values at their last use, so it peaks below
+the threshold the simulation enforced), decodes each compute sequence with `steps_from_sequence`
+and keeps the cheapest schedule within budget, or the lowest peak when none fits.
+Deterministic: no randomness, ties go to the lowest value index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat_cli.graph import Graph
+from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
+from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+
+VARIANTS = ("belady-estar-lazy", "belady-estar", "dtr-estar-lazy", "dtr-estar")
+#: the e* cost is evaluated on at most this many of the best candidates by the local h
+ESTAR_TOP = 64
+#: internal thresholds tried, as budget · (1 + slack)
+SLACKS = (0.0, 0.02, 0.05, 0.1, 0.2)
+#: a variant that computes more than this many times the needed nodes is abandoned (thrashing)
+MAX_BLOWUP = 4
+
+
+@dataclass
+class _Arrays:
+    """The graph as flat integer arrays (values and nodes indexed densely)."""
+
+    size: np.ndarray  # float64 bytes per value
+    evictable: np.ndarray  # bool per value
+    producer: list[int]  # node index per value (-1 for inputs/parameters)
+    resident: np.ndarray  # bool per value
+    ins: list[list[int]]  # intermediate inputs per node (deduplicated)
+    outs: list[list[int]]  # outputs per node
+    out_size: list[int]
+    workspace: list[int]
+    cost: np.ndarray  # float64 per node
+    program: list[int]  # needed nodes in order
+    free_after: list[list[int]]  # values dead after program position i
+    uses: list[list[int]]  # program positions reading each value, ascending
+    consumers: list[list[int]]  # program nodes reading each value
+    born: list[int]  # program position of each value's producer (-1: input or never produced)
+    resident_bytes: int
+    is_output: np.ndarray
+
+
+def _arrays(graph: Graph) -> _Arrays:
+    vids = [v.id for v in graph.values]
+    vidx = {v: i for i, v in enumerate(vids)}
+    nids = [n.id for n in graph.nodes]
+    nidx = {n: i for i, n in enumerate(nids)}
+    vm = graph.value_map
+    size = np.array([v.size for v in graph.values], dtype=np.float64)
+    resident = np.array([v.resident for v in graph.values], dtype=bool)
+    is_output = np.zeros(len(vids), dtype=bool)
+    for v in graph.outputs:
+        is_output[vidx[v]] = True
+    producer = [-1] * len(vids)
+    ins: list[list[int]] = []
+    outs: list[list[int]] = []
+    for k, n in enumerate(graph.nodes):
+        ins.append([vidx[v] for v in dict.fromkeys(n.inputs) if not vm[v].resident])
+        outs.append([vidx[v] for v in n.outputs])
+        for v in outs[-1]:
+            producer[v] = k
+    recomputable = [n.recomputable for n in graph.nodes]
+    needed = graph.needed_nodes
+    program = [nidx[n] for n in graph.topo_order if n in needed]
+    pos = {n: i for i, n in enumerate(program)}
+    uses: list[list[int]] = [[] for _ in vids]
+    for i, n in enumerate(program):
+        for v in ins[n]:
+            uses[v].append(i)
+    # A non-recomputable node's outputs can never be rebuilt, so they stay live while any value
+    # whose recomputation could need them (a descendant through recomputable nodes) is still used:
+    # reach[v] = max(last use of v, reach of the outputs of v's recomputable consumers).
+    last = [uses[v][-1] if uses[v] else pos.get(producer[v], -1) for v in range(len(vids))]
+    reach = list(last)
+    consumers: list[list[int]] = [[] for _ in vids]
+    for n in program:
+        for v in ins[n]:
+            consumers[v].append(n)
+    for n in reversed(program):
+        for v in outs[n]:
+            for c in consumers[v]:
+                if recomputable[c]:
+                    reach[v] = max(reach[v], max(reach[o] for o in outs[c]))
+    fixed = [producer[v] >= 0 and not recomputable[producer[v]] for v in range(len(vids))]
+    retain = [reach[v] if fixed[v] else last[v] for v in range(len(vids))]
+    free_after: list[list[int]] = [[] for _ in program]
+    for v in range(len(vids)):
+        if resident[v] or is_output[v] or producer[v] not in pos:
+            continue
+        free_after[retain[v]].append(v)
+    evictable = ~resident & ~is_output & (size > 0) & ~np.array(fixed, dtype=bool)
+    return _Arrays(
+        size=size,
+        evictable=evictable,
+        producer=producer,
+        resident=resident,
+        ins=ins,
+        outs=outs,
+        out_size=[int(sum(vm[v].size for v in n.outputs)) for n in graph.nodes],
+        workspace=[n.workspace for n in graph.nodes],
+        cost=np.array([n.cost for n in graph.nodes], dtype=np.float64),
+        program=program,
+        free_after=free_after,
+        uses=uses,
+        consumers=consumers,
+        born=[pos.get(p, -1) for p in producer],
+        resident_bytes=graph.resident_bytes,
+        is_output=is_output,
+    )
+
+
+class _Abandon(Exception):
+    pass
+
+
+def _run(a: _Arrays, threshold: float, variant: str) -> tuple[list[int], int]:
+    """One DTR pass with eviction threshold `threshold`; returns (compute sequence of node
+    indices, peak of this simulation, which bounds the decoded schedule's peak from above)."""
+    nv = len(a.size)
+    live = a.resident.copy()
+    locked = np.zeros(nv, dtype=np.int32)
+    last_access = np.zeros(nv, dtype=np.float64)
+    inf = float("inf")
+    next_use = np.full(nv, inf)
+    use_ptr = [0] * nv
+    for v in range(nv):
+        if a.uses[v]:
+            next_use[v] = a.uses[v][0]
+    # c(t): the producer's cost, per value
+    c0 = np.array([a.cost[p] if p >= 0 else 0.0 for p in a.producer], dtype=np.float64)
+    # when each value would be freed as dead; the e* of the Belady variants counts an input that
+    # is live now but dead before the evicted value's next use as one to recompute
+    free_at = np.full(nv, inf)
+    for i, vs in enumerate(a.free_after):
+        free_at[vs] = i
+    belady = variant.startswith("belady")
+    estar = "estar" in variant
+    lazy = "lazy" in variant
+    size = a.size
+    evictable = a.evictable
+    seq: list[int] = []
+    zombies: list[int] = []
+    mem = float(a.resident_bytes)
+    peak = mem
+    clock = 1.0
+    position = 0
+    cap = MAX_BLOWUP * max(1, len(a.program))
+
+    def projected_cost(v: int, due: float, limit: float) -> tuple[float, float]:
+        """e*: (cost, kept bytes) of recomputing v at time `due`: its producer plus, recursively,
+        the producers of inputs that will not be live then; stops once the cost exceeds `limit`.
+        Lazy variants keep a live input that dies before `due` cached instead (its bytes are
+        returned: they no longer count as freed by the eviction)."""
+        total, kept = c0[v], 0.0
+        seen = {v}
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            for w in a.ins[a.producer[u]]:
+                if w in seen:
+                    continue
+                seen.add(w)
+                if live[w]:
+                    if free_at[w] >= due:
+                        continue
+                    if lazy:
+                        kept += size[w]
+                        continue
+                total += c0[w]
+                if total > limit:
+                    return total, kept
+                stack.append(w)
+        return total, kept
+
+    def relying_children(v: int) -> tuple[float, float]:
+        """(earliest next use, total producer cost) of the evicted values whose recomputation
+        reads v: evicting v makes each of them more expensive (DTR's evicted descendants)."""
+        due, cost = inf, 0.0
+        for c in a.consumers[v]:
+            for o in a.outs[c]:
+                if not live[o] and a.born[o] < position and next_use[o] < inf:
+                    due = min(due, next_use[o])
+                    cost += c0[o]
+        return due, cost
+
+    def pick() -> int:
+        cand = np.flatnonzero(live & evictable & (locked == 0))
+        if len(cand) == 0:
+            return -1
+        if belady:
+            age = next_use[cand] - position  # inf when never used again
+        else:
+            age = clock - last_access[cand]
+        denom = size[cand] * age
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h0 = c0[cand] / denom  # h with the producer's cost alone: a lower bound of e*'s h
+        if not estar:
+            return int(cand[np.argmin(h0)])
+        order = np.argsort(h0, kind="stable")
+        best, best_h = int(cand[order[0]]), inf
+        for j in order[:ESTAR_TOP]:
+            if h0[j] >= best_h:
+                break  # every later candidate is at least as bad
+            v = int(cand[j])
+            child_due, child_cost = relying_children(v)
+            if belady:
+                # an evicted child rematerialized first needs v then: v's real next use
+                due = min(next_use[v], child_due)
+                if due == inf:
+                    return v  # dead and nothing evicted reads it: free
+                gap = due - position
+                if gap <= 0:
+                    continue
+                cost, kept = projected_cost(v, due, best_h * size[v] * gap)
+                if kept >= size[v]:
+                    continue
+                h = cost / ((size[v] - kept) * gap)
+            else:
+                d = denom[j]
+                h = (child_cost + projected_cost(v, inf, best_h * d - child_cost)[0]) / d
+            if h < best_h:
+                best, best_h = v, h
+        return best
+
+    def compute(n: int) -> None:
+        nonlocal mem, peak, clock
+        for o in a.outs[n]:
+            if live[o]:  # a sibling of the value being rematerialized: rebuilt by this compute
+                live[o] = False
+                mem -= size[o]
+        need = a.out_size[n] + a.workspace[n]
+        while mem + need > threshold:
+            v = pick()
+            if v < 0:
+                break
+            live[v] = False
+            mem -= size[v]
+        peak = max(peak, mem + need)
+        mem += a.out_size[n]
+        for o in a.outs[n]:
+            live[o] = True
+            last_access[o] = clock
+            if next_use[o] == inf and evictable[o]:
+                zombies.append(o)
+        for v in a.ins[n]:
+            last_access[v] = clock
+        clock += 1.0
+        seq.append(n)
+        if len(seq) > cap:
+            raise _Abandon
+
+    def open_frame(n: int) -> list:
+        # lock the inputs that are live now, so making the others live cannot evict them
+        held = [v for v in a.ins[n] if live[v]]
+        for v in held:
+            locked[v] += 1
+        return [n, 0, held]
+
+    def materialize(target: int) -> None:
+        stack = [open_frame(target)]
+        while stack:
+            frame = stack[-1]
+            n, k, held = frame
+            ins = a.ins[n]
+            while k < len(ins):
+                v = ins[k]
+                if v in held:
+                    k += 1
+                elif live[v]:
+                    locked[v] += 1
+                    held.append(v)
+                    k += 1
+                else:
+                    break
+            frame[1] = k
+            if k < len(ins):
+                stack.append(open_frame(a.producer[ins[k]]))
+                continue
+            compute(n)
+            for v in held:
+                locked[v] -= 1
+            stack.pop()
+
+    for position, n in enumerate(a.program):  # noqa: B007 (read by pick through the closure)
+        materialize(n)
+        for v in a.ins[n]:
+            p = use_ptr[v] + 1
+            use_ptr[v] = p
+            next_use[v] = a.uses[v][p] if p < len(a.uses[v]) else inf
+        for v in a.free_after[position]:
+            # lazy: a dead value stays cached until memory is short (it is then the cheapest
+            # to evict unless an evicted value's recomputation will read it)
+            if live[v] and not (lazy and evictable[v]):
+                live[v] = False
+                mem -= size[v]
+        if not lazy:
+            # values rebuilt for a rematerialization after their last use are dead again now
+            for v in zombies:
+                if live[v] and next_use[v] == inf:
+                    live[v] = False
+                    mem -= size[v]
+        zombies.clear()
+    return seq, int(round(peak))
+
+
+class Greedy(Solver):
+    name = "greedy"
+    method = "DTR-style greedy eviction (h = cost / (size · staleness)), recompute on demand"
+    paper = "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021"
+    params = (
+        Param(
+            "variant",
+            str,
+            "auto",
+            "eviction score: dtr (staleness), belady (distance to next use), *-estar (cost of "
+            "the evicted ancestors too), auto (all, keep the cheapest)",
+            choices=("auto", *VARIANTS),
+        ),
+        Param("sweep", bool, True, "also try eviction thresholds a little above the budget"),
+    )
+
+    def notes(self) -> str:
+        return "fast heuristic for any DAG; no optimality claim; the warm start of the exact solvers"
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        base = baseline_steps(graph)
+        base_sim = simulate(graph, base)
+        if base_sim.peak_memory <= budget:  # nothing to evict: the baseline is the cheapest schedule
+            options.incumbent(base)
+            return SolverResult(steps=base, status="feasible", objective=base_sim.cost, message="baseline fits")
+        a = _arrays(graph)
+        variant = str(options.params.get("variant", "auto"))
+        variants = VARIANTS if variant == "auto" else (variant,)
+        slacks = SLACKS if options.params.get("sweep", True) else (0.0,)
+        best: tuple[float, float, list[Step], str] | None = None  # (over budget, cost, steps, how)
+        best_peak = base_sim.peak_memory
+        best_any: tuple[int, float, list[Step], str] = (base_sim.peak_memory, base_sim.cost, base, "baseline")
+        tried = 0
+        for v in variants:
+            for slack in slacks:
+                # a time limit that binds would make the result depend on the clock; with one
+                # worker (the deterministic mode) the short fixed list always runs to the end
+                if tried and options.workers != 1 and options.remaining() == 0.0:
+                    break
+                tried += 1
+                threshold = min(budget * (1.0 + slack), base_sim.peak_memory - 1)
+                try:
+                    seq, _ = _run(a, threshold, v)
+                except _Abandon:
+                    continue
+                steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
+                sim = simulate(graph, steps)
+                how = f"{v}, threshold budget+{slack:.0%}"
+                if sim.peak_memory <= budget:
+                    if best is None or sim.cost < best[1]:
+                        best = (0.0, sim.cost, steps, how)
+                        options.incumbent(steps)
+                        options.progress(incumbent=sim.cost, variant=how)
+                elif (sim.peak_memory, sim.cost) < best_any[:2]:
+                    best_any = (sim.peak_memory, sim.cost, steps, how)
+                best_peak = min(best_peak, sim.peak_memory)
+                if slack > 0 and sim.peak_memory > budget:
+                    break  # larger thresholds only peak higher
+        if best is not None:
+            return SolverResult(
+                steps=best[2], status="feasible", objective=best[1], message=f"best of {tried} runs: {best[3]}"
+            )
+        return SolverResult(
+            steps=best_any[2],
+            status="infeasible",
+            objective=best_any[1],
+            best_peak=best_peak,
+            message=f"no run fit the budget; lowest peak {best_peak} ({best_any[3]})",
+        )

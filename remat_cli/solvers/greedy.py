@@ -43,6 +43,8 @@ ESTAR_TOP = 64
 SLACKS = (0.0, 0.02, 0.05, 0.1, 0.2)
 #: a variant that computes more than this many times the needed nodes is abandoned (thrashing)
 MAX_BLOWUP = 4
+#: how many levels of dead inputs the peak-reduction pass recomputes rather than keeps
+SPLIT_DEPTH = 4
 
 
 @dataclass
@@ -399,3 +401,103 @@ class Greedy(Solver):
             best_peak=best_peak,
             message=f"no run fit the budget; lowest peak {best_peak} ({best_any[3]})",
         )
+
+
+def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
+    """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and each
+    value's live intervals (start, end, positions reading it), inclusive."""
+    nv = len(a.size)
+    opened: dict[int, tuple[int, list[int]]] = {}
+    intervals: list[list[tuple[int, int, list[int]]]] = [[] for _ in range(nv)]
+    for k, n in enumerate(seq):
+        for x in a.ins[n]:
+            opened[x][1].append(k)
+        for o in a.outs[n]:
+            if o in opened:
+                s, uses = opened.pop(o)
+                intervals[o].append((s, uses[-1] if uses else s, uses))
+            opened[o] = (k, [])
+    last = len(seq) - 1
+    for o, (s, uses) in opened.items():
+        intervals[o].append((s, last if a.is_output[o] else (uses[-1] if uses else s), uses))
+    diff = np.zeros(len(seq) + 1)
+    for v, ivs in enumerate(intervals):
+        for s, e, _ in ivs:
+            diff[s] += a.size[v]
+            diff[e + 1] -= a.size[v]
+    ws = np.array([a.workspace[n] for n in seq], dtype=np.float64)
+    return np.cumsum(diff[:-1]) + a.resident_bytes + ws, intervals
+
+
+def _split(a: _Arrays, budget: float, max_rounds: int, depth: int = SPLIT_DEPTH) -> list[int]:
+    """Peak reduction on the compute sequence (the offline counterpart of the eviction loop): at
+    the highest instant t over the budget, pick the value live across t (not read there) whose
+    recomputation right before its next read after t removes the most excess (bytes over budget,
+    summed over instants) per unit of cost, insert that recomputation, and repeat.
+
+    The recomputed producer needs its inputs live at that point: an input that is dead by then is
+    either kept alive longer (the excess this adds is charged to the score) or recomputed too,
+    recursively up to `depth` levels, whichever scores better."""
+    seq = list(a.program)
+    for _ in range(max_rounds):
+        prof, intervals = _decode(a, seq)
+        t = int(np.argmax(prof))
+        if prof[t] <= budget:
+            break
+        excess = np.maximum(prof - budget, 0.0)
+
+        def extend_loss(x: int, b: int) -> float:
+            # excess added by keeping x alive from its last read before b up to b
+            ivx = [iv for iv in intervals[x] if iv[0] < b]
+            if not ivx:
+                return np.inf
+            ex = ivx[-1][1]
+            if ex >= b:
+                return 0.0
+            return float(np.sum(np.maximum(prof[ex + 1 : b] + a.size[x] - budget, 0.0) - excess[ex + 1 : b]))
+
+        def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+            """(cost, excess added, nodes to insert before position b) to recompute node p there."""
+            cost, loss, nodes = float(a.cost[p]), 0.0, []
+            for x in a.ins[p]:
+                keep = extend_loss(x, b)
+                if keep > 0 and d > 0 and a.evictable[x]:
+                    c2, l2, n2 = plan(a.producer[x], b, d - 1)
+                    # recompute x instead when that costs less excess per unit of extra cost
+                    if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
+                        cost, loss, nodes = cost + c2, loss + l2, nodes + n2
+                        continue
+                loss += keep
+            return cost, loss, nodes + [p]
+
+        n_t = seq[t]
+        touched = set(a.ins[n_t]) | set(a.outs[n_t])
+        cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, gain, b)
+        for v in np.flatnonzero(a.evictable):
+            v = int(v)
+            if v in touched:
+                continue
+            for s, e, uses in intervals[v]:
+                if not s < t < e:
+                    continue
+                before = [u for u in uses if u < t]
+                lo = before[-1] if before else s
+                b = next(u for u in uses if u > t)
+                gain = float(np.sum(np.minimum(excess[lo + 1 : b], a.size[v])))
+                cands.append((gain / max(float(a.cost[a.producer[v]]), 1e-9), v, b))
+                break
+        cands.sort(key=lambda c: (-c[0], c[1]))
+        best: tuple[int, list[int]] | None = None
+        best_score = 0.0
+        for bound, v, b in cands:
+            if bound <= best_score:
+                break  # the loss is >= 0 and the cost >= the producer's: no later one wins
+            cost, loss, nodes = plan(a.producer[v], b, depth)
+            score = (bound * max(float(a.cost[a.producer[v]]), 1e-9) - loss) / max(cost, 1e-9)
+            if score > best_score:
+                best, best_score = (b, nodes), score
+        if best is None:
+            break
+        b, nodes = best
+        seq[b:b] = nodes
+    return seq

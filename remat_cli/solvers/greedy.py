@@ -28,6 +28,7 @@ Deterministic: no randomness, ties go to the lowest value index.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,11 +37,8 @@ from remat_cli.graph import Graph
 from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
 from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 
-VARIANTS = ("belady-estar-lazy", "belady-estar", "dtr-estar-lazy", "dtr-estar")
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64
-#: internal thresholds tried, as budget · (1 + slack)
-SLACKS = (0.0, 0.02, 0.05, 0.1, 0.2)
 #: a variant that computes more than this many times the needed nodes is abandoned (thrashing)
 MAX_BLOWUP = 4
 #: how many levels of dead inputs the peak-reduction pass recomputes rather than keeps
@@ -332,77 +330,6 @@ def _run(a: _Arrays, threshold: float, variant: str) -> tuple[list[int], int]:
     return seq, int(round(peak))
 
 
-class Greedy(Solver):
-    name = "greedy"
-    method = "DTR-style greedy eviction (h = cost / (size · staleness)), recompute on demand"
-    paper = "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021"
-    params = (
-        Param(
-            "variant",
-            str,
-            "auto",
-            "eviction score: dtr (staleness), belady (distance to next use), *-estar (cost of "
-            "the evicted ancestors too), auto (all, keep the cheapest)",
-            choices=("auto", *VARIANTS),
-        ),
-        Param("sweep", bool, True, "also try eviction thresholds a little above the budget"),
-    )
-
-    def notes(self) -> str:
-        return "fast heuristic for any DAG; no optimality claim; the warm start of the exact solvers"
-
-    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        base = baseline_steps(graph)
-        base_sim = simulate(graph, base)
-        if base_sim.peak_memory <= budget:  # nothing to evict: the baseline is the cheapest schedule
-            options.incumbent(base)
-            return SolverResult(steps=base, status="feasible", objective=base_sim.cost, message="baseline fits")
-        a = _arrays(graph)
-        variant = str(options.params.get("variant", "auto"))
-        variants = VARIANTS if variant == "auto" else (variant,)
-        slacks = SLACKS if options.params.get("sweep", True) else (0.0,)
-        best: tuple[float, float, list[Step], str] | None = None  # (over budget, cost, steps, how)
-        best_peak = base_sim.peak_memory
-        best_any: tuple[int, float, list[Step], str] = (base_sim.peak_memory, base_sim.cost, base, "baseline")
-        tried = 0
-        for v in variants:
-            for slack in slacks:
-                # a time limit that binds would make the result depend on the clock; with one
-                # worker (the deterministic mode) the short fixed list always runs to the end
-                if tried and options.workers != 1 and options.remaining() == 0.0:
-                    break
-                tried += 1
-                threshold = min(budget * (1.0 + slack), base_sim.peak_memory - 1)
-                try:
-                    seq, _ = _run(a, threshold, v)
-                except _Abandon:
-                    continue
-                steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
-                sim = simulate(graph, steps)
-                how = f"{v}, threshold budget+{slack:.0%}"
-                if sim.peak_memory <= budget:
-                    if best is None or sim.cost < best[1]:
-                        best = (0.0, sim.cost, steps, how)
-                        options.incumbent(steps)
-                        options.progress(incumbent=sim.cost, variant=how)
-                elif (sim.peak_memory, sim.cost) < best_any[:2]:
-                    best_any = (sim.peak_memory, sim.cost, steps, how)
-                best_peak = min(best_peak, sim.peak_memory)
-                if slack > 0 and sim.peak_memory > budget:
-                    break  # larger thresholds only peak higher
-        if best is not None:
-            return SolverResult(
-                steps=best[2], status="feasible", objective=best[1], message=f"best of {tried} runs: {best[3]}"
-            )
-        return SolverResult(
-            steps=best_any[2],
-            status="infeasible",
-            objective=best_any[1],
-            best_peak=best_peak,
-            message=f"no run fit the budget; lowest peak {best_peak} ({best_any[3]})",
-        )
-
-
 def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
     """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and each
     value's live intervals (start, end, positions reading it), inclusive."""
@@ -429,7 +356,13 @@ def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int
     return np.cumsum(diff[:-1]) + a.resident_bytes + ws, intervals
 
 
-def _split(a: _Arrays, budget: float, max_rounds: int, depth: int = SPLIT_DEPTH) -> list[int]:
+def _split(
+    a: _Arrays,
+    budget: float,
+    max_rounds: int,
+    depth: int = SPLIT_DEPTH,
+    stop: Callable[[], bool] | None = None,
+) -> list[int]:
     """Peak reduction on the compute sequence (the offline counterpart of the eviction loop): at
     the highest instant t over the budget, pick the value live across t (not read there) whose
     recomputation right before its next read after t removes the most excess (bytes over budget,
@@ -440,64 +373,181 @@ def _split(a: _Arrays, budget: float, max_rounds: int, depth: int = SPLIT_DEPTH)
     recursively up to `depth` levels, whichever scores better."""
     seq = list(a.program)
     for _ in range(max_rounds):
+        if stop is not None and stop():
+            break
         prof, intervals = _decode(a, seq)
         t = int(np.argmax(prof))
         if prof[t] <= budget:
             break
-        excess = np.maximum(prof - budget, 0.0)
-
-        def extend_loss(x: int, b: int) -> float:
-            # excess added by keeping x alive from its last read before b up to b
-            ivx = [iv for iv in intervals[x] if iv[0] < b]
-            if not ivx:
-                return np.inf
-            ex = ivx[-1][1]
-            if ex >= b:
-                return 0.0
-            return float(np.sum(np.maximum(prof[ex + 1 : b] + a.size[x] - budget, 0.0) - excess[ex + 1 : b]))
-
-        def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
-            """(cost, excess added, nodes to insert before position b) to recompute node p there."""
-            cost, loss, nodes = float(a.cost[p]), 0.0, []
-            for x in a.ins[p]:
-                keep = extend_loss(x, b)
-                if keep > 0 and d > 0 and a.evictable[x]:
-                    c2, l2, n2 = plan(a.producer[x], b, d - 1)
-                    # recompute x instead when that costs less excess per unit of extra cost
-                    if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
-                        cost, loss, nodes = cost + c2, loss + l2, nodes + n2
-                        continue
-                loss += keep
-            return cost, loss, nodes + [p]
-
-        n_t = seq[t]
-        touched = set(a.ins[n_t]) | set(a.outs[n_t])
-        cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, gain, b)
-        for v in np.flatnonzero(a.evictable):
-            v = int(v)
-            if v in touched:
-                continue
-            for s, e, uses in intervals[v]:
-                if not s < t < e:
-                    continue
-                before = [u for u in uses if u < t]
-                lo = before[-1] if before else s
-                b = next(u for u in uses if u > t)
-                gain = float(np.sum(np.minimum(excess[lo + 1 : b], a.size[v])))
-                cands.append((gain / max(float(a.cost[a.producer[v]]), 1e-9), v, b))
-                break
-        cands.sort(key=lambda c: (-c[0], c[1]))
-        best: tuple[int, list[int]] | None = None
-        best_score = 0.0
-        for bound, v, b in cands:
-            if bound <= best_score:
-                break  # the loss is >= 0 and the cost >= the producer's: no later one wins
-            cost, loss, nodes = plan(a.producer[v], b, depth)
-            score = (bound * max(float(a.cost[a.producer[v]]), 1e-9) - loss) / max(cost, 1e-9)
-            if score > best_score:
-                best, best_score = (b, nodes), score
+        best = _best_split(a, seq, prof, intervals, t, budget, depth)
         if best is None:
             break
         b, nodes = best
-        seq[b:b] = nodes
+        seq[b:b] = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
     return seq
+
+
+def _best_split(
+    a: _Arrays,
+    seq: list[int],
+    prof: np.ndarray,
+    intervals: list[list[tuple[int, int, list[int]]]],
+    t: int,
+    budget: float,
+    depth: int,
+) -> tuple[int, list[int]] | None:
+    """The best (position, nodes to insert there) lowering the excess at instant t, if any."""
+    excess = np.maximum(prof - budget, 0.0)
+    loss_memo: dict[tuple[int, int], float] = {}
+    plan_memo: dict[tuple[int, int, int], tuple[float, float, list[int]]] = {}
+
+    def extend_loss(x: int, b: int) -> float:
+        key = (x, b)
+        if key not in loss_memo:
+            loss_memo[key] = _extend_loss(x, b)
+        return loss_memo[key]
+
+    def _extend_loss(x: int, b: int) -> float:
+        # excess added by keeping x alive from its last read before b up to b
+        ivx = [iv for iv in intervals[x] if iv[0] < b]
+        if not ivx:
+            return np.inf
+        ex = ivx[-1][1]
+        if ex >= b:
+            return 0.0
+        seg = prof[ex + 1 : b]
+        if len(seg) == 0 or seg.max() + a.size[x] <= budget:
+            return 0.0
+        return float((np.maximum(seg + a.size[x] - budget, 0.0) - excess[ex + 1 : b]).sum())
+
+    def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+        key = (p, b, d)
+        if key not in plan_memo:
+            plan_memo[key] = _plan(p, b, d)
+        return plan_memo[key]
+
+    def _plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+        """(cost, excess added, nodes to insert before position b) to recompute node p there."""
+        cost, loss, nodes = float(a.cost[p]), 0.0, []
+        for x in a.ins[p]:
+            keep = extend_loss(x, b)
+            if keep > 0 and d > 0 and a.evictable[x]:
+                c2, l2, n2 = plan(a.producer[x], b, d - 1)
+                # recompute x instead when that costs less excess per unit of extra cost
+                if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
+                    cost, loss, nodes = cost + c2, loss + l2, nodes + n2
+                    continue
+            loss += keep
+        return cost, loss, nodes + [p]
+
+    n_t = seq[t]
+    touched = set(a.ins[n_t]) | set(a.outs[n_t])
+    cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, gain, b)
+    for v in np.flatnonzero(a.evictable):
+        v = int(v)
+        if v in touched:
+            continue
+        for s, e, uses in intervals[v]:
+            if not s < t < e:
+                continue
+            before = [u for u in uses if u < t]
+            lo = before[-1] if before else s
+            b = next(u for u in uses if u > t)
+            gain = float(np.sum(np.minimum(excess[lo + 1 : b], a.size[v])))
+            cands.append((gain / max(float(a.cost[a.producer[v]]), 1e-9), v, b))
+            break
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    best: tuple[int, list[int]] | None = None
+    best_score = 0.0
+    for bound, v, b in cands:
+        if bound <= best_score:
+            break  # the loss is >= 0 and the cost >= the producer's: no later one wins
+        cost, loss, nodes = plan(a.producer[v], b, depth)
+        score = (bound * max(float(a.cost[a.producer[v]]), 1e-9) - loss) / max(cost, 1e-9)
+        if score > best_score:
+            best, best_score = (b, nodes), score
+    return best
+
+
+STRATEGIES = ("split", "belady-estar", "belady-estar-lazy", "split-shallow", "dtr-estar")
+
+
+class Greedy(Solver):
+    name = "greedy"
+    method = "greedy rematerialization: peak-reduction splits and DTR-style eviction, best kept"
+    paper = "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021 (h_DTR and its e* variant)"
+    params = (
+        Param(
+            "strategy",
+            str,
+            "auto",
+            "split (peak reduction, dead inputs recomputed up to 4 levels), split-shallow (dead inputs "
+            "kept alive), belady-estar / belady-estar-lazy / dtr-estar (DTR eviction with the distance "
+            "to the next use or the staleness), auto (all, keep the cheapest)",
+            choices=("auto", *STRATEGIES),
+        ),
+    )
+
+    def notes(self) -> str:
+        return (
+            "heuristic for any DAG (no optimality claim); warm start of the exact solvers; with more "
+            "than one worker a binding time limit cuts the list of strategies short"
+        )
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        base = baseline_steps(graph)
+        base_sim = simulate(graph, base)
+        if base_sim.peak_memory <= budget:  # nothing to evict: the baseline is the cheapest schedule
+            options.incumbent(base)
+            return SolverResult(
+                steps=base, status="feasible", objective=base_sim.cost, message="baseline fits"
+            )
+        a = _arrays(graph)
+        choice = str(options.params.get("strategy", "auto"))
+        strategies = STRATEGIES if choice == "auto" else (choice,)
+
+        def out_of_time() -> bool:
+            # a binding time limit would make the result depend on the clock; with one worker (the
+            # deterministic mode) every strategy runs to its own end
+            return options.workers != 1 and options.remaining() == 0.0
+
+        best: tuple[float, list[Step], str] | None = None
+        lowest: tuple[int, float, list[Step], str] = (base_sim.peak_memory, base_sim.cost, base, "baseline")
+        ran = 0
+        for strategy in strategies:
+            if ran and out_of_time():
+                break
+            ran += 1
+            rounds = 8 * len(a.program)
+            try:
+                if strategy == "split":
+                    seq = _split(a, budget, rounds, SPLIT_DEPTH, out_of_time)
+                elif strategy == "split-shallow":
+                    seq = _split(a, budget, rounds, 0, out_of_time)
+                else:
+                    seq, _ = _run(a, budget, strategy)
+            except _Abandon:
+                continue
+            steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
+            sim = simulate(graph, steps)
+            if sim.peak_memory <= budget:
+                if best is None or sim.cost < best[0]:
+                    best = (sim.cost, steps, strategy)
+                    options.incumbent(steps)
+                    options.progress(incumbent=sim.cost, strategy=strategy)
+            elif (sim.peak_memory, sim.cost) < lowest[:2]:
+                lowest = (sim.peak_memory, sim.cost, steps, strategy)
+        if best is not None:
+            return SolverResult(
+                steps=best[1],
+                status="feasible",
+                objective=best[0],
+                message=f"cheapest of {ran} strategies: {best[2]}",
+            )
+        return SolverResult(
+            steps=lowest[2],
+            status="infeasible",
+            objective=lowest[1],
+            best_peak=lowest[0],
+            message=f"no strategy fit the budget; lowest peak {lowest[0]} ({lowest[3]})",
+        )

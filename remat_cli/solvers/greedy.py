@@ -411,6 +411,16 @@ def _best_split(
 ) -> tuple[int, list[int]] | None:
     """The best (position, nodes to insert there) lowering the excess at instant t, if any."""
     excess = np.maximum(prof - budget, 0.0)
+    # sparse table: the max of prof over [i, j) in O(1), for the common "stays under" test
+    table = [prof]
+    while 2 ** len(table) <= len(prof):
+        h = 2 ** (len(table) - 1)
+        table.append(np.maximum(table[-1][:-h], table[-1][h:]))
+
+    def range_max(i: int, j: int) -> float:
+        k = (j - i).bit_length() - 1
+        return float(max(table[k][i], table[k][j - (1 << k)]))
+
     loss_memo: dict[tuple[int, int], float] = {}
     plan_memo: dict[tuple[int, int, int], tuple[float, float, list[int]]] = {}
 
@@ -428,9 +438,9 @@ def _best_split(
         ex = ivx[-1][1]
         if ex >= b:
             return 0.0
-        seg = prof[ex + 1 : b]
-        if len(seg) == 0 or seg.max() + a.size[x] <= budget:
+        if b <= ex + 1 or range_max(ex + 1, b) + a.size[x] <= budget:
             return 0.0
+        seg = prof[ex + 1 : b]
         return float((np.maximum(seg + a.size[x] - budget, 0.0) - excess[ex + 1 : b]).sum())
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:

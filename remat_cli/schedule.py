@@ -63,6 +63,7 @@ class SolverInfo(BaseModel):
     seconds: float = 0.0
     objective: float | None = None
     lower_bound: float | None = None
+    gap: float | None = Field(default=None, description="(objective - lower_bound) / objective")
     params: dict[str, Any] = Field(default_factory=dict)
     message: str | None = None
 

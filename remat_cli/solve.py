@@ -58,6 +58,7 @@ def build_schedule(
             seconds=round(seconds, 4),
             objective=result.objective,
             lower_bound=result.lower_bound,
+            gap=relative_gap(result.objective, result.lower_bound),
             params=result.params,
             message=result.message,
         ),
@@ -71,6 +72,13 @@ def build_schedule(
             recomputations=sim.recomputations,
         ),
     )
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """(objective - bound) / objective on the total cost; None unless the solver proves a bound."""
+    if objective is None or bound is None:
+        return None
+    return max(0.0, objective - bound) / objective if objective > 0 else 0.0
 
 
 def run_solver(

@@ -167,34 +167,45 @@ def measure(ctx: Ctx, owned: frozenset[str], fwd: Sequence[str], bwd: Sequence[s
             part_produced.add(v)
             if ctx.crossing(v, owned):
                 cross.add(v)
+    fwd_nodes = set(fwd)
+    cross_f_vals = {v for v in cross if ctx.producer[v] in fwd_nodes}
     free_at: dict[int, list[str]] = defaultdict(list)
     for (v, k), e in end_of.items():
-        if v not in cross:
+        # crossing values stay (the level above tracks them), except a forward output the
+        # backward part recomputes for itself: that copy is the backward's own
+        if v not in cross or (k >= split and v in cross_f_vals):
             free_at[e].append(v)
     live: dict[str, int] = {}
     mem = 0
     peak_f = 0
     peak_b = 0
-    cross_f = 0
     mem_split = 0
+    cross_f = 0
     phantom_vals: set[str] = set()
     step_at: list[int] = []
+
+    def at_split() -> None:
+        nonlocal mem, mem_split, cross_f, phantom_vals
+        mem_split = mem
+        for v in [v for v in live if v in cross_f_vals]:
+            cross_f += live[v]
+            mem -= live.pop(v)  # data nodes one level up from here on
+        phantom_vals = set(live)
+
     for k, n_id in enumerate(seq):
         if k == split:
-            mem_split = mem
-            cross_f = sum(s for v, s in live.items() if v in cross)
-            phantom_vals = {v for v in live if v not in cross}
+            at_split()
         n = nodes[n_id]
         new = 0
         for v in n.outputs:
             if v not in live:
                 new += ctx.size(v)
         at = mem + new + n.workspace
-        step_at.append(at if k < split else at - cross_f)
+        step_at.append(at)
         if k < split:
             peak_f = max(peak_f, at)
         else:
-            peak_b = max(peak_b, at - cross_f)
+            peak_b = max(peak_b, at)
         for v in n.outputs:
             if v not in live:
                 live[v] = ctx.size(v)
@@ -203,19 +214,16 @@ def measure(ctx: Ctx, owned: frozenset[str], fwd: Sequence[str], bwd: Sequence[s
             if v in live:
                 mem -= live.pop(v)
     if split == len(seq):
-        mem_split = mem
-        cross_f = sum(s for v, s in live.items() if v in cross)
-        phantom_vals = {v for v in live if v not in cross}
+        at_split()
     phantom = mem_split - cross_f
-    end_b = mem - cross_f
+    end_b = mem
     deps_b -= phantom_vals
 
     def corrections(lo: int, hi: int, deps: set[str], end: int) -> tuple[tuple[int, frozenset[str]], ...]:
         best: dict[frozenset[str], int] = {}
         for i in range(lo, hi):
             done = frozenset(v for v in deps if last_read.get(v, lo - 1) < i)
-            if done:
-                best[done] = max(best.get(done, -(1 << 62)), step_at[i] - end)
+            best[done] = max(best.get(done, -(1 << 62)), step_at[i] - end)
         return tuple(sorted(((m, d) for d, m in best.items()), key=lambda e: (e[0], sorted(e[1]))))
 
     return Opt(
@@ -596,6 +604,7 @@ def hilp_model(
                 neg_use = [(c, -v) for c, v in use]
                 rows.add([(dv, -float(h)), *X, (pn, -1.0), *neg_use], 1.0 - h, inf)
     # memory, U^t_k and eq. (10)
+    mem_rows: list[tuple[int, int, int]] = []
     for t in range(T):
         base: list[tuple[int | None, float]] = [(P.get((t, d)), float(s_d[d])) for d in range(nd) if s_d[d]]
         for j, (f, _b) in layers:
@@ -625,15 +634,21 @@ def hilp_model(
                     if pj:
                         acc.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
             over = [(R[(t, k, o)], float(sc(it.m[o]))) for o in range(len(it.seqs)) if it.m[o]]
-            rows.add([*acc, *over, *dels], -inf, float(B))  # (10)
-            if corrections and len(it.seqs[0]) > 1:
-                # sub-step memory when the inputs a sub-step no longer needs are deleted early
+            mem_rows.append((len(rows.lb), t, k))
+            if not (corrections and any(len(sq) > 1 for sq in it.seqs)):
+                rows.add([*acc, *over, *dels], -inf, float(B))  # (10)
+            else:
+                # App. B.3 correction terms, in place of (10): one row per option and per class
+                # of sub-steps, the inputs no sub-step from i on reads being deleted early
                 for o in range(len(it.seqs)):
                     for excess, done in it.corr[o]:
                         freed = {inst.data[v] for v in done if v in inst.data}
                         keep = [(c, v) for (c, v), d in zip(dels, del_d, strict=True) if d not in freed]
                         rows.add([*acc, (R[(t, k, o)], float(sc(excess))), *keep], -inf, float(B))
+    first = m.num_constraints
     rows.flush(m)
+    m.mem_rows = [(first + r, t, k) for r, t, k in mem_rows]  # type: ignore[attr-defined]
+    m.mem_scale = g  # type: ignore[attr-defined]
     return m, R
 
 
@@ -809,6 +824,9 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
     for pick in ("time", "peak"):
         f, b = flatten(inst, trivial(inst, pick))
         found.append(measure(ctx, owned, f, b))
+        if unit.layer:
+            # keep nothing between forward and backward: the backward pass recomputes the forward
+            found.append(measure(ctx, owned, f, f + b))
     sub = unit_graph(ctx, unit)
     hi = baseline(sub).peak_memory
     lo = peak_lower_bound(sub)
@@ -816,7 +834,7 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
     per = None if job.time_limit is None else job.time_limit / max(1, len(job.fractions))
     for frac in job.fractions:
         budget = int(lo + frac * (hi - lo)) - res
-        sched = solve_instance(inst, budget, per, job.backend, job.seed, job.deterministic)
+        sched = solve_instance(inst, budget, per, job.backend, job.seed, job.deterministic, corrections=True)
         if sched is not None:
             f, b = flatten(inst, sched)
             found.append(measure(ctx, owned, f, b))
@@ -873,9 +891,9 @@ def _run_job(job: Job) -> list[Opt]:
 
 def canonical(ctx: Ctx, unit: Unit) -> tuple[tuple[Any, ...], list[str]]:
     """The canonical representation of a unit: its operators in order, each by its
-    equivalence class (op, rounded cost, sizes, phase) and the in-unit indices of its inputs'
-    producers. Costs are compared to 3 significant digits: translated schedules are re-measured
-    with each member's own costs anyway."""
+    equivalence class (op, sizes, phase; a cost bucket when there is no op) and the in-unit
+    indices of its inputs' producers. Translated schedules are re-measured with each member's
+    own costs, so a coarse class only costs quality, never validity."""
     order = list(unit.fwd) + list(unit.bwd)
     idx = {n: i for i, n in enumerate(order)}
     rep: list[Any] = [unit.layer, len(unit.fwd)]
@@ -889,7 +907,8 @@ def canonical(ctx: Ctx, unit: Unit) -> tuple[tuple[Any, ...], list[str]]:
             else:
                 ins.append(("x", ctx.size(v), v in ctx.resident))
         outs = tuple((ctx.size(v), ctx.crossing(v, unit.owned)) for v in n.outputs)
-        cost = float(f"{n.cost:.3g}")
+        # the op names the code (App. C.1.1); without one, costs within ~20% are one class
+        cost = 0 if n.op else (round(math.log(n.cost) / math.log(1.5)) if n.cost > 0 else None)
         rep.append((n.op, cost, n.workspace, n.phase, n.recomputable, outs, tuple(ins)))
     return tuple(rep), order
 

@@ -463,7 +463,7 @@ class _Rows:
 
 
 def hilp_model(
-    inst: Instance, budget: int, corrections: bool = False
+    inst: Instance, budget: int, corrections: bool = False, kept_budget: int | None = None
 ) -> tuple[LinearModel, dict[tuple[int, int, int], int]]:
     """The H-ILP of App. B.2-B.3 for `inst` under `budget` (bytes, scaled by their gcd).
 
@@ -635,6 +635,9 @@ def hilp_model(
                         acc.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
             over = [(R[(t, k, o)], float(sc(it.m[o]))) for o in range(len(it.seqs)) if it.m[o]]
             mem_rows.append((len(rows.lb), t, k))
+            if kept_budget is not None and k == inst.loss and t == inst.loss:
+                # what the forward part leaves for the backward part (the layer's phantom)
+                rows.add([*acc], -inf, float(kept_budget // g))
             if not (corrections and any(len(sq) > 1 for sq in it.seqs)):
                 rows.add([*acc, *over, *dels], -inf, float(B))  # (10)
             else:
@@ -798,8 +801,9 @@ def solve_instance(
     seed: int,
     deterministic: bool,
     corrections: bool = False,
+    kept_budget: int | None = None,
 ) -> list[tuple[int, int]] | None:
-    model, R = hilp_model(inst, budget, corrections)
+    model, R = hilp_model(inst, budget, corrections, kept_budget)
     settings = EngineSettings(
         backend=backend,
         time_limit=time_limit,
@@ -831,10 +835,17 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
     hi = baseline(sub).peak_memory
     lo = peak_lower_bound(sub)
     res = sub.resident_bytes
-    per = None if job.time_limit is None else job.time_limit / max(1, len(job.fractions))
-    for frac in job.fractions:
-        budget = int(lo + frac * (hi - lo)) - res
-        sched = solve_instance(inst, budget, per, job.backend, job.seed, job.deterministic, corrections=True)
+    runs: list[tuple[int, int | None]] = [(int(lo + frac * (hi - lo)) - res, None) for frac in job.fractions]
+    if unit.layer and inst.loss is not None:
+        # options that bound what is kept from forward to backward (the phantom) rather than
+        # the peak: the top level trades exactly that against backward time
+        fixed = sum(s for d, s in enumerate(inst.sizes) if inst.producer[d] == inst.loss)
+        fixed += sum(s for d, s in enumerate(inst.sizes) if any(k == inst.loss for k, _ in inst.users[d]))
+        p0 = found[0].phantom
+        runs += [(hi - res, fixed + int(frac * p0)) for frac in job.fractions[1:]]
+    per = None if job.time_limit is None else job.time_limit / max(1, len(runs))
+    for budget, kept in runs:
+        sched = solve_instance(inst, budget, per, job.backend, job.seed, job.deterministic, True, kept)
         if sched is not None:
             f, b = flatten(inst, sched)
             found.append(measure(ctx, owned, f, b))

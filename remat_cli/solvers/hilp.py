@@ -802,7 +802,8 @@ def solve_instance(
     deterministic: bool,
     corrections: bool = False,
     kept_budget: int | None = None,
-) -> list[tuple[int, int]] | None:
+    gap: float = 1e-4,
+) -> tuple[list[tuple[int, int]] | None, str]:
     model, R = hilp_model(inst, budget, corrections, kept_budget)
     settings = EngineSettings(
         backend=backend,
@@ -810,12 +811,12 @@ def solve_instance(
         threads=1,
         seed=seed,
         deterministic=deterministic,
-        rel_gap=1e-4,
+        rel_gap=gap,
     )
     res = milp_solve(model, settings)
     if res.x is None:
-        return None
-    return decode(inst, res.x, R)
+        return None, res.status
+    return decode(inst, res.x, R), res.status
 
 
 def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
@@ -845,7 +846,10 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
         runs += [(hi - res, fixed + int(frac * p0)) for frac in job.fractions[1:]]
     per = None if job.time_limit is None else job.time_limit / max(1, len(runs))
     for budget, kept in runs:
-        sched = solve_instance(inst, budget, per, job.backend, job.seed, job.deterministic, True, kept)
+        # options need not be proven optimal: a 1% gap saves most of the search
+        sched, _ = solve_instance(
+            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, gap=0.01
+        )
         if sched is not None:
             f, b = flatten(inst, sched)
             found.append(measure(ctx, owned, f, b))
@@ -1005,15 +1009,25 @@ class _Solve:
         inst = build_instance(ctx, top_units, with_loss=False)
         resident = g.resident_bytes
         target = self.budget - resident
+        # incumbents before the top ILP: every unit once with its fastest or smallest option
+        for pick in ("time", "peak"):
+            steps = steps_from_sequence(g, flatten(inst, trivial(inst, pick))[0])
+            sim = simulate(g, steps)
+            lowest = min(lowest, sim.peak_memory)
+            if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
+                best = (sim.cost, steps, sim.peak_memory)
+                self.opt.incumbent(steps)
         tries = 0
+        statuses: list[str] = []
         while tries < 4:
             tries += 1
             top_time = None
             if self.limit is not None:
                 top_time = max(0.2, self.limit - self.elapsed()) * (0.8 if tries == 1 else 0.5)
-            sched = solve_instance(
+            sched, top_status = solve_instance(
                 inst, target, top_time, self.backend, self.opt.seed, self.deterministic, corrections=True
             )
+            statuses.append(top_status)
             if sched is None:
                 break
             f, _ = flatten(inst, sched)
@@ -1031,7 +1045,10 @@ class _Solve:
             target -= max(over, int(0.02 * max(target, 1)))
             if target <= 0:
                 break
-        msg = f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; backend {self.backend}"
+        msg = (
+            f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
+            f"{'/'.join(statuses) or 'not run'} on {self.backend}"
+        )
         if best is None:
             return SolverResult(
                 steps=None,

@@ -150,3 +150,14 @@ def test_parallel_jobs_match_serial() -> None:
     a, _ = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=p | {"jobs": 1}))
     b, _ = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=p | {"jobs": 2}))
     assert a is not None and b is not None and a.steps == b.steps
+
+
+def test_leaf_solvers_add_options() -> None:
+    """The framework of solvers (§3.2.1): another registered solver's schedules of a leaf
+    subgraph become options of it; the result stays valid."""
+    g = G.transformer(layers=1, seed=2)
+    budget = int(0.8 * baseline(g).peak_memory)
+    params = {"max_subgraph": 5, "max_top": 4, "leaf_solvers": "checkpoint-all"}
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
+    assert sched is not None, res.message
+    assert simulate(g, sched.steps).peak_memory <= budget

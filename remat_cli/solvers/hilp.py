@@ -889,8 +889,8 @@ def _leaf_solver_options(
             fwd, bwd = seq[:i], seq[i + 1 :]
         else:
             fwd, bwd = seq, []
-        if any(n in unit.bwd for n in fwd):
-            continue
+        if any(n in unit.bwd for n in fwd) or not set(unit.fwd) <= set(fwd) or not set(unit.bwd) <= set(bwd):
+            continue  # not a forward/backward schedule of the whole unit
         out.append(measure(ctx, unit.owned, fwd, bwd))
     return out
 
@@ -939,7 +939,7 @@ class HILP(Solver):
     exact = False
     params = (
         Param("max_subgraph", int, 8, "M^l: most nodes in a lower-level subgraph (H-Partition)"),
-        Param("max_top", int, 16, "M^t: most nodes in the top-level graph (H-Partition)"),
+        Param("max_top", int, 24, "M^t: most nodes in the top-level graph (H-Partition)"),
         Param("alpha", float, 0.5, "α of the H-Partition score s_α, eq. (1)"),
         Param("options", int, 48, "N_o: most options over all compute nodes of one H-ILP (§3.2.2)"),
         Param("levels", int, 4, "budgets each subgraph is solved under to make its options"),
@@ -1138,9 +1138,9 @@ class _Solve:
                 owners.append(ui)
             share = None
             if self.limit is not None:
-                left = max(0.1, self.limit * 0.75 - (0 if self.deterministic else self.elapsed()))
+                left = max(0.1, self.limit * 0.65 - (0 if self.deterministic else self.elapsed()))
                 if self.deterministic:
-                    left = self.limit * 0.75 / max(1, n_levels)
+                    left = self.limit * 0.65 / max(1, n_levels)
                 else:
                     left = left / max(1, n_levels - li)
                 share = left / max(1, len(owners) / max(1, int(self.p["jobs"])))

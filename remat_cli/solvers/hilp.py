@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from remat_cli.graph import Graph, Node, Value
+from remat_cli.graph import Graph, GraphError, Node, Value
 from remat_cli.milp import EngineSettings, LinearModel
 from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import Step, baseline, peak_lower_bound, simulate, steps_from_sequence
@@ -682,7 +682,8 @@ def flatten(inst: Instance, sched: list[tuple[int, int]]) -> tuple[tuple[str, ..
 
 
 def trivial(inst: Instance, pick: str) -> list[tuple[int, int]]:
-    """Every compute node once, in order, with its fastest ("time") or smallest ("peak") option."""
+    """Every compute node once, in order, with its fastest ("time"), smallest-peak ("peak") or
+    least-kept ("kept") option."""
     out = []
     for k, it in enumerate(inst.items):
         if it.kind == "loss":
@@ -691,8 +692,10 @@ def trivial(inst: Instance, pick: str) -> list[tuple[int, int]]:
         u = inst.units[it.unit]
         if pick == "time":
             o = min(range(len(u.options)), key=lambda i: (u.options[i].time, u.options[i].peak))
-        else:
+        elif pick == "peak":
             o = min(range(len(u.options)), key=lambda i: (u.options[i].peak, u.options[i].time))
+        else:  # "kept": the least memory held from forward to backward
+            o = min(range(len(u.options)), key=lambda i: (u.options[i].phantom, u.options[i].peak))
         out.append((k, o))
     return out
 
@@ -763,12 +766,17 @@ def pareto(opts: list[Opt]) -> list[Opt]:
 
 def spread(opts: list[Opt], count: int) -> list[Opt]:
     """§3.2.2: the highest peak, then the lowest, then the one closest to the middle, and so on
-    (greedy farthest-point selection on the peaks)."""
+    (greedy farthest-point selection on the peaks). For layers the option keeping the least
+    between forward and backward is always taken too: the level above trades exactly that
+    memory (App. B.1.1), and a spread of peaks alone can drop it."""
     if len(opts) <= count:
         return opts
     by = sorted(opts, key=lambda o: (-o.peak, o.time))
     chosen = [by[0]]
-    rest = by[1:]
+    least_kept = min(opts, key=lambda o: (o.phantom, o.time, o.peak))
+    if least_kept is not by[0]:
+        chosen.append(least_kept)
+    rest = [o for o in by[1:] if o is not least_kept]
     while len(chosen) < count and rest:
         best = max(range(len(rest)), key=lambda i: (min(abs(rest[i].peak - c.peak) for c in chosen), -i))
         chosen.append(rest.pop(best))
@@ -997,7 +1005,7 @@ class _Solve:
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
-        except AssertionError:
+        except (AssertionError, GraphError):
             ctx = Ctx(g, False)
             top_units = self.hierarchy(ctx)
         base = baseline(g)
@@ -1010,7 +1018,7 @@ class _Solve:
         resident = g.resident_bytes
         target = self.budget - resident
         # incumbents before the top ILP: every unit once with its fastest or smallest option
-        for pick in ("time", "peak"):
+        for pick in ("time", "peak", "kept"):
             steps = steps_from_sequence(g, flatten(inst, trivial(inst, pick))[0])
             sim = simulate(g, steps)
             lowest = min(lowest, sim.peak_memory)
@@ -1138,12 +1146,13 @@ class _Solve:
                 owners.append(ui)
             share = None
             if self.limit is not None:
-                left = max(0.1, self.limit * 0.65 - (0 if self.deterministic else self.elapsed()))
+                left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
                 if self.deterministic:
-                    left = self.limit * 0.65 / max(1, n_levels)
+                    left = self.limit * 0.5 / max(1, n_levels)
                 else:
                     left = left / max(1, n_levels - li)
-                share = left / max(1, len(owners) / max(1, int(self.p["jobs"])))
+                # building and measuring take time too: the ILPs get 70% of the share
+                share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
             fr = _fractions(int(self.p["levels"]))
             leaf = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if li == 0 else ()
             for ui in owners:
@@ -1186,7 +1195,7 @@ class _Solve:
         total = sum(u.ops for u in units if len(u.options) > 1) or 1
         for u in units:
             if len(u.options) > 1:
-                u.options = spread(u.options, max(2, round(n_o * u.ops / total)))
+                u.options = spread(u.options, max(3, round(n_o * u.ops / total)))
 
     def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
         n = int(self.p["jobs"])

@@ -950,13 +950,19 @@ class HILP(Solver):
         Param("max_top", int, 24, "M^t: most nodes in the top-level graph (H-Partition)"),
         Param("alpha", float, 0.5, "α of the H-Partition score s_α, eq. (1)"),
         Param("options", int, 48, "N_o: most options over all compute nodes of one H-ILP (§3.2.2)"),
-        Param("levels", int, 4, "budgets each subgraph is solved under to make its options"),
+        Param(
+            "levels",
+            int,
+            4,
+            "peak budgets each subgraph is solved under to make its options (layers also get "
+            "levels-1 budgets on the memory kept from forward to backward)",
+        ),
         Param("jobs", int, 1, "parallel processes for the independent subgraphs of one level"),
         Param(
             "backend",
             str,
             "auto",
-            "MILP engine for the H-ILPs (auto: HiGHS, then SCIP, CP-SAT)",
+            "MILP engine for the H-ILPs (auto: HiGHS)",
             ("auto", "highs", "scip", "cpsat", "gurobi"),
         ),
         Param(
@@ -971,7 +977,9 @@ class HILP(Solver):
         return (
             "Training graphs with phase/grad_of pair each subgraph's forward and backward into a "
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
-            "feasible, not proven optimal."
+            "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
+            "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
+            "(every unit run once with its fastest, smallest or least-kept option is always tried)."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:

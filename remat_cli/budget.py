@@ -34,5 +34,7 @@ def parse_budget(text: str, baseline_peak: int | None = None) -> int:
             raise BudgetError("a percentage budget needs the graph's baseline peak")
         return int(number / 100.0 * baseline_peak)
     if unit not in _UNITS:
-        raise BudgetError(f"unknown unit {m.group(2)!r} in budget {text!r} (use B, KB, MB, GB, KiB, MiB, GiB or %)")
+        raise BudgetError(
+            f"unknown unit {m.group(2)!r} in budget {text!r} (use B, KB, MB, GB, KiB, MiB, GiB or %)"
+        )
     return int(number * _UNITS[unit])

@@ -193,7 +193,7 @@ def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
 
 
 def baseline_steps(graph: Graph) -> list[Step]:
-    """"No rematerialization": run `order` (nodes some output needs), free each value after its
+    """ "No rematerialization": run `order` (nodes some output needs), free each value after its
     last consumer, or right after its producer when nothing consumes it."""
     needed = graph.needed_nodes
     return steps_from_sequence(graph, [n for n in graph.topo_order if n in needed])

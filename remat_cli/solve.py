@@ -73,7 +73,9 @@ def build_schedule(
     )
 
 
-def run_solver(graph: Graph, budget: int, name: str, options: SolveOptions) -> tuple[Schedule | None, SolverResult]:
+def run_solver(
+    graph: Graph, budget: int, name: str, options: SolveOptions
+) -> tuple[Schedule | None, SolverResult]:
     """Solve; returns (schedule or None when the solver found nothing, the raw result).
 
     Ctrl-C during the solve returns the last incumbent the solver reported, if any.
@@ -96,7 +98,9 @@ def run_solver(graph: Graph, budget: int, name: str, options: SolveOptions) -> t
     except KeyboardInterrupt:
         if not incumbent:
             raise
-        result = SolverResult(steps=incumbent[0], status="feasible", message="interrupted; best schedule so far")
+        result = SolverResult(
+            steps=incumbent[0], status="feasible", message="interrupted; best schedule so far"
+        )
     seconds = time.monotonic() - options.started
     result.params = params | result.params
     if result.steps is None:

@@ -30,7 +30,9 @@ def graph_from_data(data: Any, name: str | None = None) -> Graph:
             return from_node_link(data, name=name)
     except ValidationError as e:
         raise GraphError(_pydantic_message(e)) from None
-    raise GraphError("JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)")
+    raise GraphError(
+        "JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)"
+    )
 
 
 def load_graph(path: str | Path, **onnx_options: Any) -> Graph:
@@ -49,6 +51,10 @@ def load_graph(path: str | Path, **onnx_options: Any) -> Graph:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise GraphError(f"{path} is not valid JSON: {e}") from None
+        from remat_cli.importers.onnx import from_onnx_json, looks_like_onnx_json
+
+        if looks_like_onnx_json(data):  # onnx.save_model writes JSON for a .json file name
+            return from_onnx_json(data, name=path.stem, base_dir=path.parent, **onnx_options)
         return graph_from_data(data, name=path.stem)
     from remat_cli.importers.onnx import from_onnx_file
 

@@ -51,7 +51,7 @@ def from_node_link(data: dict[str, Any], name: str | None = None) -> Graph:
     raw_nodes = data["nodes"]
     links = data.get("links", data.get("edges", []))
     keys = [_node_key(d) for d in raw_nodes]
-    labels = {k: str(d.get("name", k)) for k, d in zip(keys, raw_nodes)}
+    labels = {k: str(d.get("name", k)) for k, d in zip(keys, raw_nodes, strict=True)}
     preds: dict[str, list[str]] = {k: [] for k in keys}
     has_succ: set[str] = set()
     for link in links:
@@ -65,7 +65,7 @@ def from_node_link(data: dict[str, Any], name: str | None = None) -> Graph:
 
     values: list[Value] = []
     nodes: list[Node] = []
-    for k, d in zip(keys, raw_nodes):
+    for k, d in zip(keys, raw_nodes, strict=True):
         size = _number(d, ("out_cost", "cost_ram"), 0)
         if size < 0 or size != int(size):
             raise GraphError(f"node {k!r} has an invalid size {size!r}")

@@ -1,0 +1,29 @@
+PYTHON ?= python3
+
+.PHONY: install test lint format schemas bench demo examples
+
+install:
+	$(PYTHON) -m pip install -q -e ".[test]"
+
+test:
+	$(PYTHON) -m pytest -q
+
+lint:
+	ruff check . && ruff format --check .
+
+format:
+	ruff check --fix . && ruff format .
+
+schemas:
+	$(PYTHON) -m remat_cli.schemas schemas
+
+examples:
+	remat generate unet --depth 3 -o graphs/unet_train.json
+	remat generate transformer --layers 4 -o graphs/transformer_train.json
+
+demo:
+	remat solve graphs/unet_train.json --budget 70% --solver greedy -o schedule.json
+	remat validate graphs/unet_train.json schedule.json
+
+bench:
+	$(PYTHON) bench/run_all.py

@@ -1,0 +1,55 @@
+"""Shared helpers for the bench scripts: the Moccasin graphs by name, budgets, and writing
+results with the exact command that produced them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from remat_cli.graph import Graph  # noqa: E402
+from remat_cli.importers import load_graph  # noqa: E402
+
+MOCCASIN = Path(
+    os.environ.get("REMAT_BENCH_GRAPHS", Path(__file__).resolve().parents[2] / "shared/benchmarks/moccasin")
+)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+GRAPHS = {
+    "RL n100": "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
+    "RL n250": "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
+    "RL n500": "random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json",
+    "RL n1000": "random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json",
+    "CM1": "fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json",
+    "CM2": "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json",
+}
+
+
+def moccasin_graph(label: str) -> Graph:
+    """A published benchmark graph by its label in the papers' tables (RL n100, CM1, ...)."""
+    return load_graph(MOCCASIN / GRAPHS[label])
+
+
+def write_results(name: str, rows: list[dict[str, Any]], **extra: Any) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    record = {
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        **extra,
+        "rows": rows,
+    }
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path

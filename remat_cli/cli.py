@@ -1,0 +1,636 @@
+"""The `remat` command line: parse, call, print. No algorithms here.
+
+JSON goes to stdout (so commands pipe), people-facing output to stderr. Exit codes:
+0 = success / schedule within budget, 1 = no feasible schedule (or an invalid schedule for
+`validate`), 2 = bad input (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from remat_cli import generators
+from remat_cli.budget import BUDGET_HELP, BudgetError, parse_budget
+from remat_cli.graph import Graph, GraphError
+from remat_cli.importers import load_graph
+from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
+from remat_cli.solve import SolverBug, run_solver
+from remat_cli.solvers import registry
+from remat_cli.solvers.base import Param, SolveOptions, Solver
+
+err = Console(stderr=True, highlight=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class BadInput(click.ClickException):
+    """One line on stderr, exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"remat: error: {self.message}", err=True)
+
+
+def fail(message: str, code: int = EXIT_INFEASIBLE) -> NoReturn:
+    click.echo(f"remat: {message}", err=True)
+    sys.exit(code)
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn the errors users cause into one line and exit 2; anything else is our bug (exit 3)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (GraphError, BudgetError, ScheduleError) as e:
+            raise BadInput(str(e)) from None
+        except registry.UnknownSolver as e:
+            raise BadInput(e.args[0]) from None
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise BadInput(f"{where}: {first.get('msg')}") from None
+        except SolverBug as e:
+            fail(f"internal error: {e}", EXIT_INTERNAL)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except Exception as e:  # noqa: BLE001 - a user never sees a traceback
+            if os.environ.get("REMAT_DEBUG"):
+                raise
+            fail(
+                f"internal error: {type(e).__name__}: {e} (set REMAT_DEBUG=1 for a traceback)", EXIT_INTERNAL
+            )
+
+    return wrapper  # type: ignore[return-value]
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write via a temp file in the same folder and rename, so a failed run never truncates."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def emit(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        click.echo(text)
+    else:
+        write_atomic(output, text)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+# ---- graph loading shared by the commands ----
+def graph_options(fn: F) -> F:
+    fn = click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=DxDx...",
+        help="ONNX: fix an input's symbolic shape, e.g. input=1x3x224x224 (repeatable).",
+    )(fn)
+    fn = click.option("--batch", type=int, default=None, help="ONNX: value for a symbolic batch dimension.")(
+        fn
+    )
+    fn = click.option(
+        "--cost",
+        type=click.Choice(["flops", "unit", "profile"]),
+        default="flops",
+        show_default=True,
+        help="ONNX: node cost model (analytic FLOPs, 1 per node, or measured with onnxruntime).",
+    )(fn)
+    return fn
+
+
+def read_graph(
+    path: str, input_shapes: tuple[str, ...] = (), batch: int | None = None, cost: str = "flops"
+) -> Graph:
+    shapes: dict[str, list[int]] = {}
+    for spec in input_shapes:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.lower().split("x")]
+        except ValueError:
+            raise BadInput(f"--input-shape {spec!r}: expected NAME=1x3x224x224") from None
+    options: dict[str, Any] = {"cost": cost}
+    if shapes:
+        options["input_shapes"] = shapes
+    if batch is not None:
+        options["batch"] = batch
+    return load_graph(path, **options)
+
+
+def resolve_budget(graph: Graph, text: str) -> int:
+    budget = parse_budget(text, baseline(graph).peak_memory)
+    bound = peak_lower_bound(graph)
+    if budget < bound:
+        raise BadInput(
+            f"budget {budget:,} B is below what any schedule can reach "
+            f"(lower bound {bound:,} B: resident bytes + largest working set or graph outputs)"
+        )
+    return budget
+
+
+# ---- solver-specific options: --name-with-dashes after the solver is known ----
+def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
+    spec: dict[str, Param] = {f"--{p.name.replace('_', '-')}": p for p in solver.params}
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, eq, inline = arg.partition("=")
+        negated = key.startswith("--no-") and f"--{key[5:]}" in spec and spec[f"--{key[5:]}"].type is bool
+        p = spec.get(f"--{key[5:]}" if negated else key)
+        if p is None:
+            known = ", ".join(spec) or "none"
+            raise BadInput(f"unknown option {key!r} for solver {solver.name!r} (its options: {known})")
+        if p.type is bool:
+            if eq:
+                raise BadInput(f"{key} is a flag and takes no value")
+            out[p.name] = not negated
+            i += 1
+            continue
+        if eq:
+            raw = inline
+            i += 1
+        elif i + 1 < len(args):
+            raw = args[i + 1]
+            i += 2
+        else:
+            raise BadInput(f"{key} needs a value")
+        try:
+            value = p.type(raw)
+        except ValueError:
+            raise BadInput(f"{key}: {raw!r} is not a valid {p.type.__name__}") from None
+        if p.choices and value not in p.choices:
+            raise BadInput(f"{key}: {raw!r} is not one of {', '.join(p.choices)}")
+        out[p.name] = value
+    return out
+
+
+# ---- commands ----
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="remat-cli")
+def main() -> None:
+    """remat: tensor rematerialization (activation checkpointing) solvers.
+
+    Graphs: ONNX, remat-graph JSON or networkx node-link JSON (detected from the content).
+    JSON goes to stdout, human output to stderr. Exit 0 = success, 1 = no schedule fits the
+    budget, 2 = bad input.
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
+@click.option("--budget", "-b", required=True, help=BUDGET_HELP)
+@click.option(
+    "--solver", "-s", "solver_name", default="greedy", show_default=True, help="See `remat solvers`."
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Write the schedule here (default: stdout)."
+)
+@click.option("--time-limit", type=float, default=None, help="Seconds; the best schedule so far is returned.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--workers", type=int, default=None, help="Threads for solvers that use them (default: all cores)."
+)
+@click.option("--hint", type=click.Path(exists=True, dir_okay=False), help="A schedule to warm-start from.")
+@click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
+@graph_options
+@click.pass_context
+@friendly_errors
+def solve(
+    ctx: click.Context,
+    graph_path: str,
+    budget: str,
+    solver_name: str,
+    output: str | None,
+    time_limit: float | None,
+    seed: int,
+    workers: int | None,
+    hint: str | None,
+    quiet: bool,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Find a schedule for GRAPH within --budget.
+
+    Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
+    `remat solvers NAME` lists them.
+    """
+    solver = registry.get(solver_name)
+    params = parse_solver_args(solver, ctx.args)
+    state, reason = solver.availability()
+    if state != "available":
+        raise BadInput(f"solver {solver_name!r} is unavailable: {reason}")
+    graph = read_graph(graph_path, input_shapes, batch, cost)
+    why_not = solver.supports(graph)
+    if why_not is not None:
+        raise BadInput(f"solver {solver_name!r} does not apply to this graph: {why_not}")
+    budget_bytes = resolve_budget(graph, budget)
+    hint_steps = None
+    if hint:
+        hint_schedule = read_schedule(hint)
+        simulate(graph, hint_schedule.steps)  # a hint for another graph is bad input
+        hint_steps = hint_schedule.steps
+    options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params)
+    if workers is not None:
+        options.workers = workers
+    with err.status(f"[bold]{solver_name}[/] solving…", spinner="dots") as status:
+
+        def show(facts: dict[str, Any]) -> None:
+            status.update(f"[bold]{solver_name}[/] " + "  ".join(f"{k} {_fmt(v)}" for k, v in facts.items()))
+
+        options.on_progress = show if not quiet else None
+        schedule, result = run_solver(graph, budget_bytes, solver_name, options)
+    if schedule is None:
+        peak = f"; lowest peak reached {result.best_peak:,} B" if result.best_peak else ""
+        fail(
+            f"no schedule within {budget_bytes:,} B found by {solver_name} ({result.status}{peak}; "
+            f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}"
+        )
+    if not quiet:
+        print_summary(schedule)
+    if schedule.solver.status == "infeasible":
+        # Keep the user's output file untouched: nothing within budget was found.
+        fail(
+            f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
+            f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)"
+        )
+    emit(schedule.to_json(), output)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def print_summary(s: Schedule) -> None:
+    sm = s.summary
+    pct = 100.0 * sm.peak_memory / sm.baseline_peak_memory if sm.baseline_peak_memory else 0.0
+    backend = f" ({s.solver.backend})" if s.solver.backend else ""
+    err.print(
+        f"[bold]{s.solver.name}[/]{backend}: {s.solver.status} in {s.solver.seconds:.2f}s — "
+        f"peak {human_bytes(sm.peak_memory)} ({pct:.1f}% of baseline), "
+        f"overhead {100 * sm.overhead:.2f}%, {sm.recomputations} recomputations"
+    )
+    if s.solver.message:
+        err.print(f"  {s.solver.message}")
+
+
+def read_schedule(path: str) -> Schedule:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read schedule {path}: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != "remat-schedule":
+        raise BadInput(f"{path} is not a remat-schedule file")
+    return Schedule.model_validate(data)
+
+
+@main.command()
+@click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object to stdout.")
+@graph_options
+@friendly_errors
+def info(graph_path: str, as_json: bool, input_shapes: tuple[str, ...], batch: int | None, cost: str) -> None:
+    """Size, baseline and lower bound of GRAPH."""
+    g = read_graph(graph_path, input_shapes, batch, cost)
+    base = baseline(g)
+    phases: dict[str, int] = {}
+    for n in g.nodes:
+        phases[n.phase or "none"] = phases.get(n.phase or "none", 0) + 1
+    facts = {
+        "name": g.name,
+        "nodes": len(g.nodes),
+        "needed_nodes": len(g.needed_nodes),
+        "values": len(g.values),
+        "outputs": len(g.outputs),
+        "resident_bytes": g.resident_bytes,
+        "baseline_peak_memory": base.peak_memory,
+        "baseline_cost": base.cost,
+        "cost_unit": g.cost_unit,
+        "peak_lower_bound": peak_lower_bound(g),
+        "phases": phases,
+        "sha256": g.sha256(),
+    }
+    if as_json:
+        click.echo(json.dumps(facts, indent=1))
+        return
+    t = Table(show_header=False, box=None)
+    for k, v in facts.items():
+        shown = human_bytes(v) + f"  ({v:,} B)" if k.endswith(("bytes", "memory", "bound")) else v
+        t.add_row(k.replace("_", " "), str(shown))
+    err.print(t)
+
+
+@main.command()
+@click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
+@click.argument("schedule_path", metavar="SCHEDULE", type=click.Path(dir_okay=False))
+@click.option("--budget", "-b", default=None, help="Check against this budget instead of the schedule's.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report to stdout.")
+@graph_options
+@friendly_errors
+def validate(
+    graph_path: str,
+    schedule_path: str,
+    budget: str | None,
+    as_json: bool,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Simulate SCHEDULE on GRAPH: validity, peak, cost, overhead, within budget (exit 1 if not)."""
+    g = read_graph(graph_path, input_shapes, batch, cost)
+    s = read_schedule(schedule_path)
+    base = baseline(g)
+    limit = parse_budget(budget, base.peak_memory) if budget is not None else s.budget
+    report: dict[str, Any] = {"valid": False, "graph_matches": s.graph.sha256 == g.sha256(), "budget": limit}
+    try:
+        sim = simulate(g, s.steps)
+        report |= {
+            "valid": True,
+            "peak_memory": sim.peak_memory,
+            "cost": sim.cost,
+            "overhead": sim.cost / base.cost - 1 if base.cost else 0.0,
+            "recomputations": sim.recomputations,
+            "baseline_peak_memory": base.peak_memory,
+            "within_budget": limit is None or sim.peak_memory <= limit,
+        }
+    except ScheduleError as e:
+        report["error"] = str(e)
+    ok = report["valid"] and report["graph_matches"] and report.get("within_budget", False)
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+    if not report["graph_matches"]:
+        err.print("[red]schedule was made for another graph[/] (graph.sha256 differs)")
+    if report["valid"]:
+        err.print(
+            f"{'[green]valid[/]' if ok else '[red]not ok[/]'}: peak {human_bytes(report['peak_memory'])}"
+            f" ({'within' if report['within_budget'] else 'OVER'} budget {human_bytes(limit)}), "
+            f"cost {report['cost']:.6g}, overhead {100 * report['overhead']:.2f}%, "
+            f"{report['recomputations']} recomputations"
+        )
+    else:
+        err.print(f"[red]invalid[/]: {report['error']}")
+    sys.exit(EXIT_OK if ok else EXIT_INFEASIBLE)
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(dir_okay=False))
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="remat-graph JSON file (default: stdout)."
+)
+@graph_options
+@friendly_errors
+def convert(
+    input_path: str, output: str | None, input_shapes: tuple[str, ...], batch: int | None, cost: str
+) -> None:
+    """Convert any supported graph (ONNX, node-link JSON) to remat-graph JSON."""
+    emit(read_graph(input_path, input_shapes, batch, cost).to_json(), output)
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
+@friendly_errors
+def solvers(name: str | None, as_json: bool) -> None:
+    """The solver registry; with NAME, that solver's options."""
+    rows = []
+    for n in [name] if name else registry.names():
+        s = registry.get(n)
+        state, reason = s.availability()
+        rows.append(
+            {
+                "name": n,
+                "method": s.method,
+                "paper": s.paper,
+                "status": state,
+                "reason": reason,
+                "exact": s.exact,
+                "notes": s.notes(),
+                "params": [
+                    {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
+                    for p in s.params
+                ],
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    t = Table(title="remat solvers", title_justify="left")
+    for col in ("solver", "method", "paper", "status"):
+        t.add_column(col)
+    for r in rows:
+        status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
+        notes = f"\n[dim]{r['notes']}[/]" if r["notes"] else ""
+        t.add_row(r["name"], r["method"] + notes, r["paper"], status)
+    err.print(t)
+    if name:
+        for p in rows[0]["params"]:
+            flag = "--" + p["name"].replace("_", "-")
+            err.print(f"  {flag} ({p['type']}, default {p['default']!r}): {p['help']}")
+
+
+@main.command()
+@click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
+@click.option("--budget", "-b", required=True, help=BUDGET_HELP)
+@click.option(
+    "--solvers", "solver_list", default=None, help="Comma-separated (default: every available one)."
+)
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per solver.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
+@graph_options
+@friendly_errors
+def compare(
+    graph_path: str,
+    budget: str,
+    solver_list: str | None,
+    time_limit: float,
+    seed: int,
+    as_json: bool,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Run several solvers, each in its own process under --time-limit, and compare them."""
+    graph = read_graph(graph_path, input_shapes, batch, cost)
+    budget_bytes = resolve_budget(graph, budget)
+    names = [n.strip() for n in solver_list.split(",")] if solver_list else registry.names()
+    for n in names:
+        registry.get(n)  # unknown names are bad input before anything runs
+    base = baseline(graph)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="remat-compare-") as tmp:
+        graph_file = Path(tmp, "graph.json")
+        graph_file.write_text(graph.to_json())
+        for n in names:
+            state, reason = registry.get(n).availability()
+            why_not = registry.get(n).supports(graph)
+            if state != "available" or why_not is not None:
+                rows.append({"solver": n, "status": "skipped", "message": reason or why_not})
+                continue
+            with err.status(f"running [bold]{n}[/] (≤ {time_limit:g}s)…"):
+                rows.append(_run_in_process(n, graph_file, budget_bytes, time_limit, seed, Path(tmp)))
+    for r in rows:
+        if "peak_memory" in r:
+            r["peak_fraction"] = r["peak_memory"] / base.peak_memory
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    t = Table(title=f"{graph.name} — budget {human_bytes(budget_bytes)}", title_justify="left")
+    for col in ("solver", "status", "peak", "% of baseline", "overhead %", "recomputations", "seconds"):
+        t.add_column(col, justify="left" if col in ("solver", "status") else "right")
+    for r in rows:
+        if "peak_memory" in r:
+            t.add_row(
+                r["solver"],
+                r["status"],
+                human_bytes(r["peak_memory"]),
+                f"{100 * r['peak_fraction']:.1f}",
+                f"{100 * r['overhead']:.2f}",
+                str(r["recomputations"]),
+                f"{r['seconds']:.2f}",
+            )
+        else:
+            t.add_row(r["solver"], r["status"], "—", "—", "—", "—", f"{r.get('seconds', 0):.2f}")
+    err.print(t)
+
+
+def _run_in_process(
+    name: str, graph_file: Path, budget: int, time_limit: float, seed: int, tmp: Path
+) -> dict:
+    out = tmp / f"{name}.json"
+    cmd = [sys.executable, "-m", "remat_cli", "solve", str(graph_file), "--budget", str(budget)]
+    cmd += ["--solver", name, "--time-limit", str(time_limit), "--seed", str(seed), "-q", "-o", str(out)]
+    t0 = time.monotonic()
+    grace = 30.0 + 0.5 * time_limit  # model building and decoding happen outside the engine's limit
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit + grace)
+    except subprocess.TimeoutExpired:
+        return {"solver": name, "status": "timeout", "seconds": time.monotonic() - t0}
+    seconds = time.monotonic() - t0
+    if proc.returncode == 0 and out.exists():
+        s = Schedule.model_validate_json(out.read_text())
+        return {
+            "solver": name,
+            "status": s.solver.status,
+            "peak_memory": s.summary.peak_memory,
+            "overhead": s.summary.overhead,
+            "recomputations": s.summary.recomputations,
+            "seconds": s.solver.seconds,
+            "wall_seconds": seconds,
+        }
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    status = "infeasible" if proc.returncode == EXIT_INFEASIBLE else "error"
+    return {"solver": name, "status": status, "message": last, "seconds": seconds}
+
+
+@main.group()
+def generate() -> None:
+    """Synthetic graphs (remat-graph JSON), deterministic by --seed."""
+
+
+def _generated(g: Graph, output: str | None) -> None:
+    emit(g.to_json(), output)
+    err.print(f"{g.name}: {len(g.nodes)} nodes, baseline peak {human_bytes(baseline(g).peak_memory)}")
+
+
+_out = click.option("--output", "-o", type=click.Path(dir_okay=False), help="File (default: stdout).")
+_seed = click.option("--seed", type=int, default=0, show_default=True)
+
+
+@generate.command("linear")
+@click.option("--n", type=int, default=8, show_default=True, help="Forward nodes.")
+@click.option("--size", type=int, default=None, help="Bytes per activation (default: random).")
+@_seed
+@_out
+@friendly_errors
+def generate_linear(n: int, size: int | None, seed: int, output: str | None) -> None:
+    """Checkmate's linear chain: n forward nodes, a loss, n backward nodes."""
+    _generated(generators.linear(n, seed=seed, size=size), output)
+
+
+@generate.command("random-layered")
+@click.option("--n", type=int, default=100, show_default=True, help="Nodes.")
+@click.option("--width", type=float, default=0.3, show_default=True, help="Relative layer width.")
+@click.option("--nlv", type=float, default=0.75, show_default=True, help="Layer-width variation.")
+@click.option("--ed", type=float, default=0.2, show_default=True, help="Edge density to the next layer.")
+@click.option("--scd", type=float, default=0.14, show_default=True, help="Long-skip probability.")
+@_seed
+@_out
+@friendly_errors
+def generate_random_layered(
+    n: int, width: float, nlv: float, ed: float, scd: float, seed: int, output: str | None
+) -> None:
+    """Random layered DAG as in the Moccasin benchmarks."""
+    _generated(generators.random_layered(n, width, nlv, ed, scd, seed=seed), output)
+
+
+@generate.command("unet")
+@click.option("--depth", type=int, default=3, show_default=True)
+@click.option("--convs", type=int, default=2, show_default=True, help="Convolutions per block.")
+@_seed
+@_out
+@friendly_errors
+def generate_unet(depth: int, convs: int, seed: int, output: str | None) -> None:
+    """U-Net-style training graph with long skips."""
+    _generated(generators.unet(depth, convs, seed=seed), output)
+
+
+@generate.command("transformer")
+@click.option("--layers", type=int, default=4, show_default=True)
+@_seed
+@_out
+@friendly_errors
+def generate_transformer(layers: int, seed: int, output: str | None) -> None:
+    """Transformer-encoder-like training graph."""
+    _generated(generators.transformer(layers, seed=seed), output)
+
+
+def _register_runtime_commands() -> None:
+    from remat_cli.runtime.cli_command import export_torch_command, run_command
+
+    main.add_command(run_command)
+    main.add_command(export_torch_command)
+
+
+_register_runtime_commands()

@@ -1,0 +1,171 @@
+"""`remat run`: the click command, ready for ``main.add_command(run_command)`` in cli.py.
+
+It only parses, calls :func:`remat_cli.runtime.run_schedule` and prints. The helpers of
+remat_cli.cli are imported when the command runs, so cli.py can import this module.
+Exit codes: 0 outputs match, 1 outputs differ or onnxruntime failed (e.g. the CUDA arena hit
+the budget), 2 bad input or the provider is unavailable.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("run")
+@click.argument("model_path", metavar="MODEL.onnx", type=click.Path(exists=True, dir_okay=False))
+@click.argument("schedule_path", metavar="SCHEDULE.json", type=click.Path(exists=True, dir_okay=False))
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["session", "interpret"]),
+    default="session",
+    show_default=True,
+    help="session: the rewritten model in one InferenceSession (process or device memory); "
+    "interpret: one session per node, exact live-tensor bytes.",
+)
+@click.option(
+    "--repeat", type=click.IntRange(min=1), default=5, show_default=True, help="Timed runs (median)."
+)
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option(
+    "--inputs", "inputs_path", type=click.Path(exists=True, dir_okay=False), help="Inputs (.npz by name)."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="For the random inputs.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Intra-op threads. onnxruntime's ScatterND/ScatterElements add-reductions lose updates on more than one.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON to stdout.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx...", help="As for solve.")
+@click.option("--batch", type=int, default=None, help="As for solve.")
+@click.option(
+    "--cost",
+    type=click.Choice(["flops", "unit", "profile"]),
+    default="flops",
+    show_default=True,
+    help="As for solve.",
+)
+def run_command(
+    model_path: str,
+    schedule_path: str,
+    provider: str,
+    mode: str,
+    repeat: int,
+    warmup: int,
+    inputs_path: str | None,
+    seed: int,
+    threads: int,
+    as_json: bool,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Replay SCHEDULE.json on MODEL.onnx with ONNX Runtime; measure peak memory and time
+    against the unscheduled model and check that the outputs match."""
+    from remat_cli.cli import BadInput, err, fail, friendly_errors, read_graph, read_schedule
+    from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable, run_schedule
+    from remat_cli.runtime.model import read_inputs
+
+    @friendly_errors
+    def go() -> None:
+        graph = read_graph(model_path, input_shapes, batch, cost)
+        schedule = read_schedule(schedule_path)
+        try:
+            inputs = read_inputs(inputs_path) if inputs_path else None
+        except (OSError, ValueError) as e:
+            raise BadInput(f"cannot read inputs {inputs_path}: {e}") from None
+        try:
+            report = run_schedule(
+                model_path,
+                graph,
+                schedule,
+                provider=provider,  # type: ignore[arg-type]
+                mode=mode,  # type: ignore[arg-type]
+                repeat=repeat,
+                warmup=warmup,
+                inputs=inputs,
+                seed=seed,
+                threads=threads,
+            )
+        except (RuntimeUnavailable, ModelMismatch, ValueError) as e:
+            raise BadInput(str(e)) from None
+        except RunFailed as e:
+            fail(str(e), 1)
+        from rich.table import Table
+
+        table = Table(title=f"{graph.name}: {report.mode} mode on {report.provider}, {threads} thread(s)")
+        for col in ("", "predicted", "scheduled run", "unscheduled run"):
+            table.add_column(col, justify="right" if col else "left")
+        for row in report.table():
+            table.add_row(*row)
+        err.print(table)
+        for note in report.notes:
+            err.print(f"note: {note}")
+        if as_json:
+            click.echo(report.to_json())
+        if not report.outputs_match:
+            fail(f"outputs differ from the unscheduled run: {', '.join(report.mismatched_outputs)}", 1)
+
+    go()
+    sys.exit(0)
+
+
+@click.command("export-torch")
+@click.argument("spec", metavar="FILE.py:FACTORY")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="The .onnx file to write."
+)
+@click.option("--check/--no-check", default=True, show_default=True, help="Compare with torch autograd.")
+def export_torch_command(spec: str, output: str, check: bool) -> None:
+    """Export a PyTorch training step (forward + loss + backward) as ONNX for remat.
+
+    FACTORY (in FILE.py or an importable module) takes no arguments and returns
+    (model, (x, y), loss_fn) with loss = loss_fn(model(x), y). Needs remat-cli[torch]."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    from remat_cli.cli import BadInput, err, friendly_errors
+
+    @friendly_errors
+    def go() -> None:
+        where, sep, attr = spec.rpartition(":")
+        if not sep or not where or not attr:
+            raise BadInput(f"{spec!r}: expected FILE.py:FACTORY or module:FACTORY")
+        try:
+            from remat_cli.runtime.torch_export import export_training_graph
+        except ImportError as e:
+            raise BadInput(
+                f"export-torch needs torch and onnxscript (pip install 'remat-cli[torch]'): {e}"
+            ) from None
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise BadInput(f"no file {where}")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            try:
+                module = importlib.import_module(where)
+            except ImportError as e:
+                raise BadInput(f"cannot import {where}: {e}") from None
+        factory = getattr(module, attr, None)
+        if not callable(factory):
+            raise BadInput(f"{where} has no function {attr!r}")
+        made = factory()
+        if not (isinstance(made, tuple) and len(made) == 3 and len(made[1]) == 2):
+            raise BadInput(f"{attr}() must return (model, (x, y), loss_fn)")
+        try:
+            out = export_training_graph(made, output, name=Path(output).stem, check=check)
+        except AssertionError as e:
+            raise BadInput(f"the export does not match torch autograd: {e}") from None
+        err.print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+
+    go()

@@ -1,0 +1,293 @@
+"""`remat run`: replay a schedule through ONNX Runtime and measure real memory and time.
+
+:func:`run_schedule` runs the model twice the same way — once following the schedule, once
+unscheduled (the original model in session mode, the baseline steps in interpret mode) — and
+reports the simulator's prediction next to both measurements and whether the outputs match.
+
+Memory is reported like the simulator counts it: resident values (graph inputs, weights)
+plus the intermediates. Session mode measures the peak above what was resident before the
+run and adds the resident bytes of the graph; interpret mode counts live tensors exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+from pydantic import BaseModel
+
+from remat_cli.graph import Graph
+from remat_cli.runtime import interpret as interp
+from remat_cli.runtime import session
+from remat_cli.runtime.model import (
+    ModelMismatch,
+    feed_names,
+    make_inputs,
+    scheduled_model,
+)
+from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
+from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
+
+Provider = Literal["cpu", "cuda"]
+Mode = Literal["session", "interpret"]
+
+__all__ = ["RunReport", "run_schedule", "RuntimeUnavailable", "RunFailed", "ModelMismatch"]
+
+
+class Predicted(BaseModel):
+    peak_memory: int
+    cost: float
+    baseline_peak_memory: int
+    baseline_cost: float
+    overhead: float  #: cost / baseline_cost - 1
+
+
+class Measured(BaseModel):
+    peak_memory: int  #: bytes, counted like the simulator (resident values included)
+    seconds: float  #: median wall time of one run after warm-up
+    peak_above_resident: int  #: what the run itself added
+    cpu_seconds: float  #: median CPU seconds of one run (steadier than wall time under load)
+    times: list[float]
+
+
+class RunReport(BaseModel):
+    """What `remat run` prints (`--json`) and the bench records."""
+
+    model: str
+    graph: str
+    solver: str | None
+    budget: int | None
+    provider: Provider
+    mode: Mode
+    threads: int
+    seed: int
+    repeat: int
+    warmup: int
+    outputs_match: bool
+    max_abs_diff: float  #: largest difference over all outputs (0 when bitwise equal)
+    mismatched_outputs: list[str]
+    predicted: Predicted
+    measured: Measured
+    unscheduled: Measured
+    #: measured peak / predicted peak - 1
+    memory_error: float
+    #: measured seconds / unscheduled seconds - 1, to set beside predicted.overhead
+    time_overhead: float
+    #: the same from CPU seconds
+    cpu_time_overhead: float
+    #: session mode: onnxruntime ran exactly the schedule's compute sequence (profiler check)
+    order_kept: bool | None = None
+    notes: list[str]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1)
+
+    def table(self) -> list[tuple[str, str, str, str]]:
+        """Rows (quantity, predicted, measured, unscheduled) for the CLI's table."""
+        p, m, u = self.predicted, self.measured, self.unscheduled
+        return [
+            ("peak memory", _mb(p.peak_memory), _mb(m.peak_memory), _mb(u.peak_memory)),
+            (
+                "peak vs predicted",
+                "",
+                f"{self.memory_error:+.1%}",
+                f"{u.peak_memory / p.peak_memory - 1:+.1%}",
+            ),
+            ("time", "", f"{m.seconds * 1e3:.1f} ms", f"{u.seconds * 1e3:.1f} ms"),
+            ("CPU time", "", f"{m.cpu_seconds * 1e3:.1f} ms", f"{u.cpu_seconds * 1e3:.1f} ms"),
+            ("time overhead", f"{p.overhead:+.1%}", f"{self.time_overhead:+.1%}", ""),
+            ("CPU time overhead", f"{p.overhead:+.1%}", f"{self.cpu_time_overhead:+.1%}", ""),
+            ("outputs match", "", "yes" if self.outputs_match else "NO", ""),
+        ]
+
+
+def _mb(b: int) -> str:
+    return f"{b / 1e6:,.2f} MB"  # as the CLI's other tables
+
+
+def run_schedule(
+    model_path: str | Path,
+    graph: Graph,
+    schedule: Schedule,
+    *,
+    provider: Provider = "cpu",
+    mode: Mode = "session",
+    repeat: int = 5,
+    warmup: int = 1,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    check_order: bool = True,
+) -> RunReport:
+    """Replay `schedule` (made for `graph`, the import of `model_path`) and the unscheduled
+    model the same way; measure both; compare their outputs.
+
+    `inputs` overrides the seeded random data for some or all graph inputs. `threads` is the
+    intra-op thread count: 1 by default because onnxruntime's ScatterND/ScatterElements with
+    ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
+    Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch (the
+    schedule's steps do not fit the graph, or the graph's nodes are not the model's), RunFailed
+    (onnxruntime failed, e.g. on CUDA the budget as gpu_mem_limit was exceeded).
+    """
+    if provider not in ("cpu", "cuda"):
+        raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
+    if mode not in ("session", "interpret"):
+        raise ValueError(f"unknown mode {mode!r} (session or interpret)")
+    notes: list[str] = []
+    if schedule.graph.sha256 != graph.sha256():
+        # Costs enter the hash, and measured (profile) costs differ between imports; the
+        # steps must still be valid for this graph, which simulate() checks.
+        notes.append(
+            "the graph's hash differs from the schedule's (other import options or cost model?): "
+            "predictions are this import's"
+        )
+    model_path = Path(model_path)
+    model = onnx.load(str(model_path))
+    try:
+        sim = simulate(graph, schedule.steps)
+    except ScheduleError as e:
+        raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
+    base_sim = baseline(graph)
+    predicted = Predicted(
+        peak_memory=sim.peak_memory,
+        cost=sim.cost,
+        baseline_peak_memory=base_sim.peak_memory,
+        baseline_cost=base_sim.cost,
+        overhead=sim.cost / base_sim.cost - 1 if base_sim.cost > 0 else 0.0,
+    )
+    feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
+    if threads == 1:
+        notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
+    order_kept: bool | None = None
+    resident = graph.resident_bytes
+    if mode == "interpret":
+        engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
+        run, ref = interp.interpret(
+            engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
+        )
+        measured = _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
+        unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
+        out_a, out_b = run.outputs, ref.outputs
+        notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
+    else:
+        budget_limit = None
+        if provider == "cuda" and schedule.budget is not None:
+            # Inputs sit on the device outside the arena, so the arena gets what is left.
+            budget_limit = max(schedule.budget - resident, 1)
+            notes.append(f"CUDA arena capped at gpu_mem_limit = budget - resident = {budget_limit} bytes")
+        with tempfile.TemporaryDirectory(prefix="remat-run-") as tmp:
+            d = Path(tmp)
+            np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(model)})
+            sched_path = d / "scheduled.onnx"
+            onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
+            run_m, ref_m = session.measure(
+                [(sched_path, d / "scheduled_out.npz"), (model_path, d / "unscheduled_out.npz")],
+                d / "inputs.npz",
+                provider=provider,
+                threads=threads,
+                warmup=warmup,
+                repeat=repeat,
+                gpu_mem_limits=[budget_limit, None],
+                check_order=[check_order, False],
+            )
+            out_a = _load(d / "scheduled_out.npz")
+            out_b = _load(d / "unscheduled_out.npz")
+        measured = _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False)
+        unscheduled = _measured(
+            ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False
+        )
+        if run_m.executed is not None:
+            expected = _expected_names(model, graph, schedule)
+            order_kept = run_m.executed == expected
+            if not order_kept:
+                notes.append(
+                    "onnxruntime did not run the schedule's node order: the measurement is not valid"
+                )
+        where = "device" if provider == "cuda" else "process high-water mark"
+        notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
+    names = [o.name for o in model.graph.output]
+    exact = provider == "cpu"
+    match, diff, bad = _compare(out_a, out_b, names, exact=exact)
+    if not exact:
+        notes.append("outputs compared with numpy.allclose (rtol 1e-4, atol 1e-5) on CUDA")
+    return RunReport(
+        model=str(model_path),
+        graph=graph.name,
+        solver=schedule.solver.name,
+        budget=schedule.budget,
+        provider=provider,
+        mode=mode,
+        threads=threads,
+        seed=seed,
+        repeat=repeat,
+        warmup=warmup,
+        outputs_match=match,
+        max_abs_diff=diff,
+        mismatched_outputs=bad,
+        predicted=predicted,
+        measured=measured,
+        unscheduled=unscheduled,
+        memory_error=measured.peak_memory / predicted.peak_memory - 1 if predicted.peak_memory else 0.0,
+        time_overhead=measured.seconds / unscheduled.seconds - 1 if unscheduled.seconds > 0 else 0.0,
+        cpu_time_overhead=(
+            measured.cpu_seconds / unscheduled.cpu_seconds - 1 if unscheduled.cpu_seconds > 0 else 0.0
+        ),
+        order_kept=order_kept,
+        notes=notes,
+    )
+
+
+def _expected_names(model: onnx.ModelProto, graph: Graph, schedule: Schedule) -> list[str]:
+    return [n.name for n in scheduled_model(model, graph, schedule.steps).graph.node]
+
+
+def _measured(
+    peak: int, times: list[float], cpu_times: list[float], resident: int, *, exact: bool
+) -> Measured:
+    # Interpret mode's peak already includes the resident values; session mode's does not.
+    total = peak if exact else peak + resident
+    return Measured(
+        peak_memory=int(total),
+        seconds=statistics.median(times),
+        peak_above_resident=int(total - resident),
+        cpu_seconds=statistics.median(cpu_times),
+        times=[round(t, 6) for t in times],
+    )
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _compare(
+    a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: list[str], *, exact: bool
+) -> tuple[bool, float, list[str]]:
+    bad: list[str] = []
+    worst = 0.0
+    for n in names:
+        x, y = a.get(n), b.get(n)
+        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+            bad.append(n)
+            continue
+        if x.size and np.issubdtype(x.dtype, np.number):
+            worst = max(
+                worst, float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0))
+            )
+        if exact:
+            same = np.array_equal(x, y, equal_nan=np.issubdtype(x.dtype, np.inexact))
+        else:
+            same = bool(np.allclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True))
+        if not same:
+            bad.append(n)
+    return not bad, worst, bad
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    return Schedule.model_validate(json.loads(Path(path).read_text()))

@@ -1,0 +1,399 @@
+"""Session mode: run a whole (rewritten) ONNX model in one InferenceSession and measure it.
+
+Each measurement runs in a fresh Python subprocess (:func:`measure`), so nothing the parent
+allocated earlier pollutes the high-water mark, and glibc's mmap threshold is lowered from
+the start (``MALLOC_MMAP_THRESHOLD_``) so every tensor-sized block is its own mapping that
+returns to the OS when freed. With onnxruntime's CPU arena and memory pattern off, the
+process's resident high-water mark then follows the live tensors.
+
+CPU memory: ``/proc/self/clear_refs`` ← 5 resets VmHWM to the current VmRSS; after one run,
+VmHWM − VmRSS-before is the peak above what was resident before the run (inputs, weights,
+the session itself). CUDA memory: inputs are placed on the device before the baseline is
+read; the CUDA arena grows by exactly what is requested (``kSameAsRequested``) and never
+shrinks during a run, so device memory used after one run minus before is the run's peak;
+``gpu_mem_limit`` caps the arena so an over-budget schedule fails loudly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: glibc: allocations from this size up are mmapped, so freeing them returns the pages
+MMAP_THRESHOLD = 64 * 1024
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The requested provider cannot run here (no GPU, no onnxruntime-gpu, not Linux)."""
+
+
+class RunFailed(RuntimeError):
+    """onnxruntime failed while running the model (e.g. the CUDA arena hit gpu_mem_limit)."""
+
+
+@dataclass
+class Measurement:
+    """What one session-mode measurement found."""
+
+    seconds: float  #: median wall time of one run after warm-up
+    peak_above_baseline: int  #: bytes above what was resident before the run
+    times: list[float] = field(default_factory=list)
+    #: CPU seconds of the process per run: with one thread, far steadier than wall time on a
+    #: loaded machine
+    cpu_times: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    executed: list[str] | None = None  #: node names in the order onnxruntime ran them
+    provider: str = "cpu"
+
+
+def session_options(threads: int = 1, profile_prefix: str | None = None):  # -> ort.SessionOptions
+    """The options that make onnxruntime run the file's node order, node for node.
+
+    ``ORT_DISABLE_ALL``: ``ORT_ENABLE_BASIC`` already merges duplicated nodes (common
+    subexpression elimination), undoing every recomputation. ``PRIORITY_BASED``: the
+    default order re-sorts the nodes. Arena and memory pattern off so freed tensors are
+    really freed; intra-op spinning off because idle spinning threads steal the cores.
+    """
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    so.enable_cpu_mem_arena = False
+    so.enable_mem_pattern = False
+    # The planner's reuse hands a dead tensor's buffer to a later tensor of the same size,
+    # which keeps the buffer allocated through the gap between them.
+    so.enable_mem_reuse = False
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return so
+
+
+def cuda_providers(gpu_mem_limit: int | None) -> list:
+    """The CUDA provider with an arena that grows by exactly what is asked, capped at the limit.
+    Raises RuntimeUnavailable when onnxruntime-gpu or a GPU is missing."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise RuntimeUnavailable(
+            "the CUDA provider is not available: install onnxruntime-gpu (pip install 'remat-cli[gpu]') "
+            f"in place of onnxruntime {ort.__version__} and run on a machine with an NVIDIA GPU"
+        )
+    # cuDNN may otherwise pick algorithms by the largest workspace the arena can give.
+    opts: dict[str, str] = {
+        "device_id": "0",
+        "arena_extend_strategy": "kSameAsRequested",
+        "cudnn_conv_use_max_workspace": "0",
+    }
+    if gpu_mem_limit is not None:
+        opts["gpu_mem_limit"] = str(max(int(gpu_mem_limit), 1))
+    return [("CUDAExecutionProvider", opts)]
+
+
+def check_cuda_session(sess) -> None:
+    if "CUDAExecutionProvider" not in sess.get_providers():
+        raise RuntimeUnavailable(
+            "onnxruntime could not start the CUDA provider (no usable NVIDIA GPU or CUDA libraries)"
+        )
+
+
+# ---------------------------------------------------------------- memory probes
+def _status_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise RuntimeUnavailable(f"/proc/self/status has no {field_name}: session-mode memory needs Linux")
+
+
+def reset_hwm() -> int:
+    """Reset the resident high-water mark; returns the resident bytes now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmRSS") * 1024
+
+
+def hwm() -> int:
+    return _status_kib("VmHWM") * 1024
+
+
+def lower_mmap_threshold() -> None:
+    """Also set through mallopt, for a process started without the environment variables."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, 0)
+    except OSError:
+        pass
+
+
+def device_used_bytes() -> int:
+    """Device memory in use on GPU 0 (cudaMemGetInfo of the CUDA runtime onnxruntime loaded,
+    else NVML)."""
+    for lib in ("libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0", "libcudart.so"):
+        try:
+            cudart = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        if cudart.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0:
+            return int(total.value - free.value)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
+    except Exception as e:  # no NVML either: nothing can read the device
+        raise RuntimeUnavailable(f"cannot read GPU memory (no libcudart, no NVML): {e}") from None
+
+
+# ---------------------------------------------------------------- the worker
+def _load_feeds(path: str) -> dict:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {k: np.ascontiguousarray(z[k]) for k in z.files}
+
+
+def _session(job: dict, model: str, feeds: dict):
+    """(run, fetch, release, output names) for `model`: ``run(shrink=False)`` one run,
+    ``fetch()`` its outputs as numpy arrays, ``release()`` drops them."""
+    import onnxruntime as ort
+
+    cuda = job["provider"] == "cuda"
+    providers = cuda_providers(job.get("gpu_mem_limit")) if cuda else ["CPUExecutionProvider"]
+    try:
+        sess = ort.InferenceSession(model, session_options(job["threads"]), providers=providers)
+    except Exception as e:  # onnxruntime raises its own exception types for bad models
+        raise RunFailed(f"onnxruntime could not load the model: {e}") from None
+    out_names = [o.name for o in sess.get_outputs()]
+    if cuda:
+        check_cuda_session(sess)
+        run, fetch = _cuda_runner(sess, feeds, out_names)
+        return run, fetch, lambda: None, out_names
+    # On the CPU these wrap the numpy buffers without a copy.
+    ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
+    last: list = []
+
+    def run(shrink: bool = False) -> None:
+        last[:] = []  # the previous outputs go before the next run starts
+        last.extend(sess.run_with_ort_values(out_names, ort_feeds))
+
+    def fetch() -> list:
+        return [v.numpy() for v in last]
+
+    def release() -> None:
+        last[:] = []
+
+    return run, fetch, release, out_names
+
+
+def _memory_worker(job: dict) -> dict:
+    """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved."""
+    import numpy as np
+
+    lower_mmap_threshold()
+    feeds = _load_feeds(job["inputs"])
+    cuda = job["provider"] == "cuda"
+    run, fetch, release, out_names = _session(job, job["model"], feeds)
+    peaks: list[int] = []
+    try:
+        # On CUDA the first run also creates library handles and loads kernels: never measure it.
+        for _ in range(max(job["warmup"], 1 if cuda else 0)):
+            run(shrink=cuda)
+        for _ in range(max(job["repeat"], 1)):
+            if cuda:
+                base = device_used_bytes()
+                run()
+                peaks.append(device_used_bytes() - base)
+                run(shrink=True)  # gives the arena back for the next repeat
+            else:
+                release()  # the last outputs must not sit in the baseline
+                base = reset_hwm()
+                run()
+                peaks.append(hwm() - base)
+    except RuntimeUnavailable:
+        raise
+    except Exception as e:  # e.g. the CUDA arena refusing to grow past gpu_mem_limit
+        raise RunFailed(f"onnxruntime failed while running: {e}") from None
+    np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
+    executed = _executed_order(job) if job.get("check_order") else None
+    return {"peaks": peaks, "executed": executed}
+
+
+def _timing_worker(job: dict) -> dict:
+    """Every model warmed up, then their runs alternate, so load on a shared machine hits
+    all of them alike."""
+    lower_mmap_threshold()
+    feeds = _load_feeds(job["inputs"])
+    runs = [_session(job, m, feeds)[0] for m in job["models"]]
+    times: list[list[float]] = [[] for _ in runs]
+    cpu: list[list[float]] = [[] for _ in runs]
+    try:
+        for run in runs:
+            for _ in range(job["warmup"]):
+                run()
+        for _ in range(max(job["repeat"], 1)):
+            for k, run in enumerate(runs):
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                times[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+    except Exception as e:
+        raise RunFailed(f"onnxruntime failed while running: {e}") from None
+    return {"times": times, "cpu_times": cpu}
+
+
+def _cuda_runner(sess, feeds: dict, out_names: list[str]):
+    """IOBinding with the inputs already on the device (outside the session's arena, before
+    the baseline is read); outputs are copied to host memory, so their device buffers live
+    in the arena only during the run and count in its peak.
+
+    ``run(shrink=True)`` asks the arena to give its free chunks back when the run ends, so a
+    following plain run starts from an empty arena."""
+    import onnxruntime as ort
+
+    on_device = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feeds.items()}
+    binding = sess.io_binding()
+    for k, v in on_device.items():
+        binding.bind_ortvalue_input(k, v)
+    plain = ort.RunOptions()
+    shrinking = ort.RunOptions()
+    shrinking.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0")
+
+    def run(shrink: bool = False) -> None:
+        binding.clear_binding_outputs()
+        for name in out_names:
+            binding.bind_output(name, "cpu")
+        sess.run_with_iobinding(binding, shrinking if shrink else plain)
+        binding.synchronize_outputs()
+
+    def fetch() -> list:
+        return [v.numpy() for v in binding.get_outputs()]
+
+    return run, fetch
+
+
+def _executed_order(job: dict) -> list[str]:
+    import numpy as np
+
+    with np.load(job["inputs"], allow_pickle=False) as z:
+        feeds = {k: z[k] for k in z.files}
+    prefix = str(Path(job["outputs"]).with_suffix("")) + "_profile"
+    return executed_order(job["model"], feeds, session_options(job["threads"], profile_prefix=prefix))
+
+
+def executed_order(model: str | bytes, feeds: dict, so) -> list[str]:
+    """The node names onnxruntime runs, in order, read from its profiler (one run with `so`,
+    which must have profiling on)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+    path = sess.end_profiling()
+    events = json.loads(Path(path).read_text())
+    os.unlink(path)
+    return [
+        e["name"].removesuffix("_kernel_time")
+        for e in events
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")
+    ]
+
+
+def _spawn(job: dict) -> dict:
+    env = dict(os.environ)
+    env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+    env["MALLOC_TRIM_THRESHOLD_"] = "0"
+    env["OMP_NUM_THREADS"] = str(job["threads"])
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "remat_cli.runtime.session", json.dumps(job)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RunFailed(f"session-mode worker failed: {proc.stderr.strip()[-2000:] or 'no output'}")
+    reply = json.loads(lines[-1])
+    if "error" in reply:
+        cls = RuntimeUnavailable if reply["kind"] == "RuntimeUnavailable" else RunFailed
+        raise cls(reply["error"])
+    return reply
+
+
+def measure(
+    models: list[tuple[str | Path, str | Path]],
+    inputs_path: str | Path,
+    *,
+    provider: str = "cpu",
+    threads: int = 1,
+    warmup: int = 1,
+    repeat: int = 5,
+    memory_repeat: int = 1,
+    gpu_mem_limits: list[int | None] | None = None,
+    check_order: list[bool] | None = None,
+) -> list[Measurement]:
+    """Measure session-mode runs of `models` ((model path, outputs .npz path) pairs) on the
+    same inputs: each model's peak memory in a fresh subprocess of its own (outputs saved),
+    then the times of all of them, alternating, in one more subprocess."""
+    common = {"inputs": str(inputs_path), "provider": provider, "threads": threads, "warmup": warmup}
+    limits = gpu_mem_limits or [None] * len(models)
+    checks = check_order or [False] * len(models)
+    memory = [
+        _spawn(
+            common
+            | {
+                "kind": "memory",
+                "model": str(m),
+                "outputs": str(o),
+                "repeat": memory_repeat,
+                "gpu_mem_limit": lim,
+                "check_order": chk,
+            }
+        )
+        for (m, o), lim, chk in zip(models, limits, checks, strict=True)
+    ]
+    timing = _spawn(common | {"kind": "timing", "models": [str(m) for m, _ in models], "repeat": repeat})
+    return [
+        Measurement(
+            seconds=statistics.median(timing["times"][k]),
+            peak_above_baseline=int(statistics.median(mem["peaks"])),
+            times=timing["times"][k],
+            cpu_times=timing["cpu_times"][k],
+            peaks=mem["peaks"],
+            executed=mem["executed"],
+            provider=provider,
+        )
+        for k, mem in enumerate(memory)
+    ]
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    try:
+        reply = _memory_worker(job) if job["kind"] == "memory" else _timing_worker(job)
+    except (RuntimeUnavailable, RunFailed) as e:
+        reply = {"error": str(e), "kind": type(e).__name__}
+    sys.stdout.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    main()

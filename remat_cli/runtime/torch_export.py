@@ -1,0 +1,207 @@
+"""Export a PyTorch model's training step (forward + loss + backward) as an ONNX graph that
+remat can import and `remat run` can replay (needs the optional extra ``remat-cli[torch]``).
+
+Route: ``make_fx`` (real tracing) of ``torch.func.grad_and_value`` over ``functional_call``,
+decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX exporter lacks or
+that keep onnxruntime's hidden temporaries small — ``aten.convolution_backward`` into
+convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``, ReLU's backward as a
+mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is traced under
+``sdpa_kernel(SDPBackend.MATH)``; BatchNorm in training mode needs
+``track_running_stats=False``. Parameters and data are graph inputs; the loss and every
+gradient are graph outputs. Local functions are inlined and every node gets a unique name
+(the importer uses ONNX node names as node ids). The export is checked against torch
+autograd on onnxruntime.
+
+A spec is ``(model, (x, y), loss_fn)`` with ``loss = loss_fn(model(x), y)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnx.inliner
+import torch
+from torch import nn
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+aten = torch.ops.aten
+Batch = tuple[torch.Tensor, torch.Tensor]
+Spec = tuple[nn.Module, Batch, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+
+
+def _conv_backward(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias_sizes: list[int] | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """aten.convolution_backward for 2-D convolutions and transposed convolutions (groups=1,
+    dilation=1), each gradient itself a (transposed) convolution.
+
+    Convolution y = x ⋆ w: grad_x is the transposed convolution of grad_y with w, and grad_w
+    the convolution of x with grad_y with batch and channels swapped (stride becomes dilation).
+    Transposed convolution: the roles of x and grad_y swap in both."""
+    if groups != 1 or any(d != 1 for d in dilation):
+        raise NotImplementedError("only groups=1, dilation=1 convolutions are decomposed")
+    grad_x = grad_w = grad_b = None
+    kh, kw = weight.shape[2], weight.shape[3]
+    if output_mask[0]:
+        if transposed:
+            grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, False, [0, 0], 1)
+        elif all(s == 1 for s in stride):
+            # Stride 1: a plain convolution with the flipped kernel. onnxruntime's ConvTranspose
+            # keeps a column buffer as large as a whole image's input gradient; Conv does not.
+            flipped = weight.flip(2, 3).transpose(0, 1)
+            pad = [kh - 1 - padding[0], kw - 1 - padding[1]]
+            grad_x = aten.convolution(grad_out, flipped, None, [1, 1], pad, dilation, False, [0, 0], 1)
+        else:
+            # output_padding recovers the input size lost to integer division by the stride.
+            h = (grad_out.shape[2] - 1) * stride[0] - 2 * padding[0] + kh
+            w = (grad_out.shape[3] - 1) * stride[1] - 2 * padding[1] + kw
+            op = [x.shape[2] - h, x.shape[3] - w]
+            grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, True, op, 1)
+    if output_mask[1]:
+        a, b = (grad_out, x) if transposed else (x, grad_out)
+        # (N,C,H,W) -> (C,N,H,W): correlate every channel of `a` with every channel of `b`.
+        gw = aten.convolution(
+            a.transpose(0, 1), b.transpose(0, 1), None, dilation, padding, stride, False, [0, 0], 1
+        ).transpose(0, 1)
+        grad_w = gw[:, :, :kh, :kw]
+    if output_mask[2]:
+        grad_b = grad_out.sum(dim=(0, 2, 3))
+    return grad_x, grad_w, grad_b
+
+
+def _max_pool_backward(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+    indices: torch.Tensor,
+) -> torch.Tensor:
+    """max_pool2d_with_indices_backward as a scatter_add of the gradient at the argmax indices."""
+    n, c = x.shape[0], x.shape[1]
+    flat = grad_out.new_zeros((n, c, x.shape[2] * x.shape[3]))
+    flat = flat.scatter_add(2, indices.flatten(2), grad_out.flatten(2))
+    return flat.view(x.shape)
+
+
+def _threshold_backward(grad_out: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
+    """ReLU's backward as grad * (x > threshold): onnxruntime's Where (the default
+    decomposition) keeps two hidden output-sized temporaries; here every tensor is visible."""
+    return grad_out * (x > threshold).to(grad_out.dtype)
+
+
+def decompositions() -> dict:
+    table = dict(core_aten_decompositions())
+    table[aten.threshold_backward.default] = _threshold_backward
+    table[aten.convolution_backward.default] = _conv_backward
+    table[aten.max_pool2d_with_indices_backward.default] = _max_pool_backward
+    return table
+
+
+# ---------------------------------------------------------------- tracing and export
+def training_step(model: nn.Module, loss_fn: Callable) -> tuple[Callable, list[str]]:
+    """A function (params..., x, y) -> (loss, grads...) with parameters as plain arguments."""
+    names = [n for n, _ in model.named_parameters()]
+
+    def loss_of(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss_fn(torch.func.functional_call(model, params, (x,)), y)
+
+    grad_and_value = torch.func.grad_and_value(loss_of)
+
+    def step(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params = dict(zip(names, args[: len(names)], strict=True))
+        grads, loss = grad_and_value(params, *args[len(names) :])
+        return (loss, *(grads[n] for n in names))
+
+    return step, names
+
+
+def export_training_graph(spec: Spec, path: str | Path, name: str = "train", check: bool = True) -> Path:
+    """Write the training step of `spec` to `path` as ONNX; with `check`, compare its loss and
+    gradients on onnxruntime with torch autograd (AssertionError when they differ)."""
+    model, (x, y), loss_fn = spec
+    model.train()
+    step, names = training_step(model, loss_fn)
+    params = [p.detach() for p in model.parameters()]
+    with sdpa_kernel(SDPBackend.MATH):
+        gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, x, y)
+    # The traced graph already holds the training-mode ops; its own flag only makes the
+    # exporter warn.
+    gm.eval()
+    safe = [n.replace(".", "_") for n in names]
+    program = torch.onnx.export(
+        gm,
+        (*params, x, y),
+        dynamo=True,
+        input_names=[*safe, "x", "y"],
+        output_names=["loss", *(f"grad_{n}" for n in safe)],
+        optimize=True,
+        external_data=False,
+        verbose=False,
+    )
+    proto = onnx.inliner.inline_local_functions(program.model_proto)
+    proto = _unique_names(proto)
+    proto.graph.name = f"{name}-train"
+    onnx.checker.check_model(proto, full_check=True)
+    path = Path(path)
+    onnx.save(proto, path)
+    if check:
+        _check_against_autograd(path, model, loss_fn, params, x, y)
+    return path
+
+
+def _check_against_autograd(
+    path: Path,
+    model: nn.Module,
+    loss_fn: Callable,
+    params: list[torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> None:
+    """The exported graph must give torch autograd's loss and gradients (one intra-op thread:
+    onnxruntime's ScatterND/ScatterElements with reduction=add loses updates on more)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), [*params, x, y], strict=True)}
+    got = sess.run(None, feeds)
+    model.zero_grad()
+    with sdpa_kernel(SDPBackend.MATH):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    want = [loss.detach().numpy(), *(p.grad.numpy() for p in model.parameters())]
+    for o, g, w in zip(sess.get_outputs(), got, want, strict=True):
+        scale = max(float(np.abs(w).max()), 1e-6)
+        err = float(np.abs(g - w).max()) / scale
+        if g.shape != w.shape or err > 1e-3:
+            raise AssertionError(f"{path.name}: output {o.name} differs from autograd (rel. error {err:.2e})")
+
+
+def _unique_names(proto: onnx.ModelProto) -> onnx.ModelProto:
+    seen: set[str] = set()
+    for i, node in enumerate(proto.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        node.name = name
+    return proto

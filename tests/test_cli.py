@@ -1,0 +1,168 @@
+"""The command line: every bad-input path exits 2 with one line and no traceback; outputs pipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remat_cli import generators
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def remat(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "remat_cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        timeout=120,
+    )
+
+
+def assert_bad_input(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert fragment in lines[0]
+    assert proc.stdout == ""
+
+
+@pytest.fixture
+def graph_file(tmp_path: Path) -> Path:
+    p = tmp_path / "g.json"
+    p.write_text(generators.linear(6, seed=1).to_json())
+    return p
+
+
+def broken(tmp_path: Path, mutate) -> Path:  # noqa: ANN001
+    data = json.loads(generators.linear(3).to_json())
+    mutate(data)
+    p = tmp_path / "broken.json"
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_solve_pipes_json_and_validates(graph_file: Path, tmp_path: Path) -> None:
+    proc = remat("solve", graph_file, "--budget", "100%", "--solver", "checkpoint-all")
+    assert proc.returncode == 0, proc.stderr
+    schedule = json.loads(proc.stdout)
+    assert schedule["format"] == "remat-schedule" and schedule["solver"]["status"] in ("optimal", "feasible")
+    out = tmp_path / "s.json"
+    out.write_text(proc.stdout)
+    ok = remat("validate", graph_file, out, "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["within_budget"] is True
+    over = remat("validate", graph_file, out, "--budget", "50%")
+    assert over.returncode == 1
+
+
+def test_validate_rejects_a_schedule_for_another_graph(graph_file: Path, tmp_path: Path) -> None:
+    proc = remat("solve", graph_file, "--budget", "100%", "--solver", "checkpoint-all")
+    other = tmp_path / "other.json"
+    other.write_text(generators.linear(6, seed=2).to_json())
+    sched = tmp_path / "s.json"
+    sched.write_text(proc.stdout)
+    res = remat("validate", other, sched, "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["graph_matches"] is False
+
+
+def test_info_json(graph_file: Path) -> None:
+    proc = remat("info", graph_file, "--json")
+    facts = json.loads(proc.stdout)
+    assert facts["nodes"] == 13 and facts["peak_lower_bound"] <= facts["baseline_peak_memory"]
+
+
+def test_convert_and_generate(tmp_path: Path) -> None:
+    g = tmp_path / "u.json"
+    assert remat("generate", "unet", "--depth", "2", "-o", g).returncode == 0
+    proc = remat("convert", g)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["format"] == "remat-graph"
+    again = remat("generate", "unet", "--depth", "2")
+    assert again.stdout.strip() == g.read_text().strip()  # deterministic by seed
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d["nodes"][0]["inputs"].append(d["nodes"][2]["outputs"][0]), "cycle"),
+        (lambda d: d["nodes"][1]["inputs"].append("ghost"), "unknown value 'ghost'"),
+        (lambda d: d["values"].append(dict(d["values"][1])), "duplicate value id"),
+        (lambda d: d["values"][1].update(size=-5), "greater than or equal to 0"),
+    ],
+)
+def test_bad_graphs(tmp_path: Path, mutate, fragment: str) -> None:  # noqa: ANN001
+    assert_bad_input(
+        remat("solve", broken(tmp_path, mutate), "--budget", "90%", "-s", "checkpoint-all"), fragment
+    )
+
+
+def test_corrupt_onnx(tmp_path: Path) -> None:
+    p = tmp_path / "model.onnx"
+    p.write_bytes(b"\x08\x07garbage\xff\xfe not a protobuf")
+    assert_bad_input(remat("info", p), "")
+
+
+def test_unknown_solver(graph_file: Path) -> None:
+    assert_bad_input(
+        remat("solve", graph_file, "--budget", "90%", "--solver", "nope"), "unknown solver 'nope'"
+    )
+
+
+def test_unparsable_budget(graph_file: Path) -> None:
+    assert_bad_input(
+        remat("solve", graph_file, "--budget", "lots", "-s", "checkpoint-all"), "cannot parse budget"
+    )
+
+
+def test_budget_below_any_schedule(graph_file: Path) -> None:
+    assert_bad_input(
+        remat("solve", graph_file, "--budget", "10", "-s", "checkpoint-all"),
+        "below what any schedule can reach",
+    )
+
+
+def test_unknown_solver_option(graph_file: Path) -> None:
+    proc = remat("solve", graph_file, "--budget", "90%", "--solver", "checkpoint-all", "--frobnicate", "3")
+    assert_bad_input(proc, "unknown option '--frobnicate'")
+
+
+def test_missing_file() -> None:
+    assert_bad_input(remat("info", "/nonexistent/graph.json"), "cannot read")
+
+
+def test_failed_run_keeps_existing_output(graph_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "keep.json"
+    out.write_text("precious")
+    proc = remat("solve", graph_file, "--budget", "lots", "-s", "checkpoint-all", "-o", out)
+    assert proc.returncode == 2 and out.read_text() == "precious"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".keep")]
+
+
+def test_solvers_lists_registry() -> None:
+    proc = remat("solvers", "--json")
+    rows = json.loads(proc.stdout)
+    assert {"checkpoint-all"} <= {r["name"] for r in rows}
+    assert all(r["status"] in ("available", "missing engine", "licence-limited") for r in rows)
+
+
+def test_compare_runs_each_solver(graph_file: Path) -> None:
+    proc = remat(
+        "compare",
+        graph_file,
+        "--budget",
+        "100%",
+        "--solvers",
+        "checkpoint-all",
+        "--json",
+        "--time-limit",
+        "5",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows[0]["solver"] == "checkpoint-all" and rows[0]["peak_fraction"] == pytest.approx(1.0)

@@ -1,0 +1,167 @@
+"""FastSA: the segment tree, the incremental state, grouping, decoding and determinism."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat_cli import generators as G
+from remat_cli.graph import Graph
+from remat_cli.schedule import baseline, simulate, steps_from_sequence
+from remat_cli.solve import run_solver
+from remat_cli.solvers import fastsa as F
+from remat_cli.solvers import fastsa_kernel as K
+from remat_cli.solvers.base import SolveOptions
+
+GRAPHS: dict[str, Graph] = {
+    "linear": G.linear(6, seed=1),
+    "layered": G.random_layered(30, seed=2),
+    "unet": G.unet(depth=2, convs=1, seed=3),
+    "transformer": G.transformer(layers=1, seed=4),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    log_t=st.integers(2, 7),
+    ops=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200), st.integers(-50, 50)), max_size=60),
+    lse=st.booleans(),
+)
+def test_segment_tree_matches_naive_array(log_t: int, ops: list[tuple[int, int, int]], lse: bool) -> None:
+    S = 1 << log_t
+    tz = np.zeros(4 * S, dtype=np.int64)
+    lz = np.zeros(4 * S if lse else 0, dtype=np.float64)
+    naive = np.zeros(S, dtype=np.int64)
+    for p in range(S - 1, 0, -1) if lse else ():  # all leaves 0: a node is log2(its leaf count)
+        lz[2 * p] = np.log2(S >> int(np.log2(p)))
+    for a, b, x in ops:
+        lo, hi = sorted((a % (S + 1), b % (S + 1)))
+        K.seg_add(tz, lz, 0.5, S, lo, hi, x)
+        naive[lo:hi] += x
+        assert tz[2] == naive.max()
+        for i in range(S):  # every leaf, with the pending adds of its ancestors
+            p, total = (S + i), tz[2 * (S + i)]
+            while p > 1:
+                p >>= 1
+                total += tz[2 * p + 1]
+            assert total == naive[i]
+        if lse:
+            assert lz[2] == pytest.approx(np.log2(np.exp2(0.5 * naive.astype(float)).sum()), abs=1e-6)
+
+
+def _clone_rebuilt(s: F.State) -> F.State:
+    c = copy.copy(s)
+    c.seq, c.occ, c.occpos = s.seq.copy(), s.occ.copy(), s.occpos.copy()
+    c.NI, c.PU, c.tz, c.lz = s.NI.copy(), s.PU.copy(), s.tz.copy(), s.lz.copy()
+    c.fstate, c.istate = s.fstate.copy(), s.istate.copy()
+    K.rebuild(c.kt, c.st)
+    return c
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize("graph_name", list(GRAPHS))
+def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: bool) -> None:
+    """After every SA iteration (accepted or undone) the tree root, the cost and the production
+    and use lists equal a rebuild from the sequence alone; decoded, the simulator agrees."""
+    g = GRAPHS[graph_name]
+    nv = g.node_view
+    prob = F.group_nodes(nv) if grouped else F.original_problem(nv)
+    s = F.State(prob, np.arange(prob.size), seed=3, log_cap=8, lse=graph_name == "unet")
+    budget = 0.7 * baseline(g).peak_memory
+    f0 = K.objective(float(s.peak), s.cost, budget, K.OBJ_ELU)
+    checked = 0
+    for i in range(300):
+        s.istate[K.I_LOG_LEN] = 0
+        s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
+        h = f0 * (1.0 if i < 150 else 1e-4)  # hot: mostly accepted; cold: mostly undone
+        K.sa_chunk(s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, 0.5 * (i % 3), 100.0)
+        c = _clone_rebuilt(s)
+        assert s.peak == c.peak and s.cost == pytest.approx(c.cost, abs=1e-6)
+        assert np.array_equal(s.NI, c.NI)
+        n_occ = int(s.istate[K.I_NOCC])
+        assert n_occ == int(c.istate[K.I_NOCC])
+        assert sorted(s.occ[:n_occ]) == sorted(c.occ[:n_occ])
+        for q in range(prob.size):
+            pb, ub = s.NI[q, K.PB], s.NI[q, K.UB]
+            assert np.array_equal(s.PU[pb : pb + s.NI[q, K.NP]], c.PU[pb : pb + c.NI[q, K.NP]])
+            assert np.array_equal(s.PU[ub : ub + s.NI[q, K.NU]], c.PU[ub : ub + c.NI[q, K.NU]])
+        if s.lse:
+            assert s.lz[2] == pytest.approx(c.lz[2], rel=1e-9, abs=1e-6)
+        if i % 5 == 0:
+            order = F.expand(prob, s.order())
+            sim = simulate(g, steps_from_sequence(g, [nv.ids[j] for j in order]))
+            total = s.peak + nv.resident
+            if grouped:  # the group workspace of App. B.1 is an upper bound
+                assert sim.peak_memory <= max(total, nv.resident)
+            else:
+                assert sim.peak_memory == max(total, nv.resident)
+            assert sim.cost == pytest.approx(s.cost)
+            checked += 1
+    assert s.istate[K.I_VALID] > 50 and 0 < s.istate[K.I_ACCEPTED] < s.istate[K.I_VALID]
+    assert checked == 60
+
+
+def test_grouping_follows_algorithm_1() -> None:
+    """A chain whose activations are all the same size fuses into the consumers (do_fuse holds
+    with equality); a node whose inputs are larger than its output is kept."""
+    g = G.linear(4, seed=0, size=1000)
+    nv = g.node_view
+    prob = F.group_nodes(nv)
+    heads = {nv.ids[ms[-1]] for ms in prob.members}
+    assert all(not h.startswith("f") for h in heads)  # every forward node was fused
+    for ms, c in zip(prob.members, prob.cost, strict=True):
+        assert c == pytest.approx(sum(nv.cost[m] for m in ms))
+        assert ms == sorted(ms)
+    # expanding the grouped order gives a valid sequence of the original nodes
+    order = F.expand(prob, np.arange(prob.size))
+    sim = simulate(g, steps_from_sequence(g, [nv.ids[j] for j in order]))
+    assert sim.peak_memory <= baseline(g).peak_memory
+
+
+@pytest.mark.parametrize("graph_name", list(GRAPHS))
+@pytest.mark.parametrize("no_recompute", [False, True])
+def test_solve_within_budget_and_no_recompute(graph_name: str, no_recompute: bool) -> None:
+    g = GRAPHS[graph_name]
+    base = baseline(g)
+    budget = int(0.85 * base.peak_memory)
+    params = {"iterations": 200_000, "iterations2": 50_000, "no_recompute": no_recompute}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=1, params=params))
+    assert sched is not None
+    sim = simulate(g, sched.steps)
+    if no_recompute:
+        assert sim.recomputations == 0
+        assert sim.cost == pytest.approx(base.cost)
+    if sched.solver.status == "feasible":
+        assert sim.peak_memory <= budget
+
+
+def test_non_recomputable_nodes_run_once() -> None:
+    g0 = G.random_layered(30, seed=5)
+    data = g0.model_dump()
+    for n in data["nodes"][::3]:
+        n["recomputable"] = False
+    g = Graph.model_validate(data)
+    budget = int(0.7 * baseline(g).peak_memory)
+    sched, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=2, params={"iterations": 300_000}))
+    assert sched is not None
+    counts: dict[str, int] = {}
+    for step in sched.steps:
+        if step.op == "compute":
+            counts[step.node] = counts.get(step.node, 0) + 1
+    for n in g.nodes:
+        if not n.recomputable and n.id in g.needed_nodes:
+            assert counts[n.id] == 1
+
+
+def test_same_seed_same_schedule_other_seed_differs() -> None:
+    g = G.random_layered(40, seed=6)
+    budget = int(0.75 * baseline(g).peak_memory)
+    params = {"iterations": 300_000, "iterations2": 100_000}
+    runs = [run_solver(g, budget, "fastsa", SolveOptions(seed=s, params=params))[0] for s in (4, 4, 5)]
+    assert runs[0] is not None and runs[1] is not None and runs[2] is not None
+    assert runs[0].steps == runs[1].steps
+    assert runs[0].steps != runs[2].steps

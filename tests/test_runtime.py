@@ -1,0 +1,249 @@
+"""`remat run` on the CPU: the ONNX rewrite, both replay modes, inputs, the CLI command.
+
+Everything runs real onnxruntime sessions on the shipped torch training graphs or on tiny
+models built here; no test mocks the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto
+from onnx import helper as oh
+
+from remat_cli.graph import Graph
+from remat_cli.importers.onnx import from_onnx_file
+from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
+from remat_cli.runtime.cli_command import export_torch_command, run_command
+from remat_cli.runtime.interpret import Interpreter, interpret
+from remat_cli.runtime.model import make_inputs, scheduled_model
+from remat_cli.runtime.session import executed_order, session_options
+from remat_cli.schedule import Schedule, Step, baseline, simulate, steps_from_sequence
+from remat_cli.solve import build_schedule, run_solver
+from remat_cli.solvers.base import SolveOptions, SolverResult
+
+GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
+MLP = GRAPHS / "torch_mlp_train.onnx"
+
+
+@pytest.fixture(scope="module")
+def mlp() -> Graph:
+    return from_onnx_file(MLP)
+
+
+def checkpoint_all(graph: Graph) -> Schedule:
+    sched, _ = run_solver(graph, baseline(graph).peak_memory, "checkpoint-all", SolveOptions())
+    assert sched is not None
+    return sched
+
+
+def recompute_forward(graph: Graph) -> Schedule:
+    """A schedule with recomputations: every forward node whose output a backward node reads
+    is computed again right before that backward node first needs it (its inputs stay live
+    for it, so this is valid though not memory-optimal)."""
+    order = [n for n in graph.topo_order if n in graph.needed_nodes]
+    phase = {n.id: n.phase for n in graph.nodes}
+    seq: list[str] = []
+    redone: set[str] = set()
+    for nid in order:
+        if phase[nid] == "backward":
+            for v in graph.node_map[nid].inputs:
+                p = graph.producer.get(v)
+                if p is not None and phase[p] == "forward" and p not in redone:
+                    seq.append(p)
+                    redone.add(p)
+        seq.append(nid)
+    steps = steps_from_sequence(graph, seq)
+    return build_schedule(graph, None, "recompute-forward", SolverResult(steps=steps, status="feasible"), 0.0)
+
+
+# ---------------------------------------------------------------- onnxruntime's behaviour
+def _dup_model() -> onnx.ModelProto:
+    """x -> Relu twice (same input: CSE would merge them) -> Add; plus an independent branch
+    placed between them in the file."""
+    nodes = [
+        oh.make_node("Relu", ["x"], ["a"], name="relu_a"),
+        oh.make_node("Neg", ["y"], ["n"], name="neg"),
+        oh.make_node("Relu", ["x"], ["b"], name="relu_b"),
+        oh.make_node("Add", ["a", "b"], ["s"], name="add"),
+        oh.make_node("Add", ["s", "n"], ["out"], name="out"),
+    ]
+    vi = [oh.make_tensor_value_info(n, TensorProto.FLOAT, [4, 8]) for n in ("x", "y", "out")]
+    g = oh.make_graph(nodes, "dup", vi[:2], vi[2:])
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9)
+
+
+def test_session_options_keep_file_order_and_duplicates(tmp_path: Path) -> None:
+    m = _dup_model().SerializeToString()
+    feeds = {"x": np.ones((4, 8), np.float32), "y": np.ones((4, 8), np.float32)}
+    ours = executed_order(m, feeds, session_options(1, profile_prefix=str(tmp_path / "p")))
+    assert ours == ["relu_a", "neg", "relu_b", "add", "out"]
+    # What the options guard against: basic optimisations merge the duplicated Relu (CSE).
+    so = session_options(1, profile_prefix=str(tmp_path / "q"))
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert len(executed_order(m, feeds, so)) < len(ours)
+
+
+# ---------------------------------------------------------------- the rewrite
+def test_rewrite_duplicates_recomputed_nodes_with_renamed_outputs(mlp: Graph) -> None:
+    sched = recompute_forward(mlp)
+    assert sched.summary.recomputations > 0
+    model = onnx.load(str(MLP))
+    out = scheduled_model(model, mlp, sched.steps)
+    onnx.checker.check_model(out)
+    computes = [s.node for s in sched.steps if s.op == "compute"]
+    names = [n.name for n in out.graph.node if "__release" not in n.name]
+    assert len(names) == len(computes)
+    assert sum("__remat" in n for n in names) == sched.summary.recomputations
+    # graph outputs keep their names; every tensor has one producer
+    produced = [t for n in out.graph.node for t in n.output if t]
+    assert len(produced) == len(set(produced))
+    assert {o.name for o in out.graph.output} <= set(produced)
+
+
+def test_rewrite_remakes_a_view_whose_base_was_recomputed(tmp_path: Path) -> None:
+    nodes = [
+        oh.make_node("Relu", ["x"], ["a"], name="relu"),
+        oh.make_node("Reshape", ["a", "shape"], ["v"], name="view"),
+        oh.make_node("Neg", ["a"], ["b"], name="neg"),
+        oh.make_node("Add", ["b", "b"], ["c"], name="twice"),
+        oh.make_node("Flatten", ["c"], ["cf"], name="flat"),
+        oh.make_node("Add", ["v", "cf"], ["out"], name="out"),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "views",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [oh.make_tensor_value_info("out", TensorProto.FLOAT, [4, 8])],
+        initializer=[onnx.numpy_helper.from_array(np.array([4, 8], np.int64), "shape")],
+    )
+    path = tmp_path / "views.onnx"
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9), path)
+    graph = from_onnx_file(path)
+    # relu, view, neg, free a, twice, relu again (v still live), flat, out
+    seq = ["relu", "view", "neg", "twice", "relu", "flat", "out"]
+    steps = steps_from_sequence(graph, seq)
+    assert any(
+        s.op == "free" and s.value == "a" for s in steps[: steps.index(Step(op="compute", node="twice"))]
+    )
+    sched = build_schedule(graph, None, "hand", SolverResult(steps=steps, status="feasible"), 0.0)
+    out = scheduled_model(onnx.load(str(path)), graph, steps)
+    ops = [(n.op_type, list(n.input)) for n in out.graph.node]
+    # the view is made again from the recomputed base before `out` reads it
+    assert ("Reshape", ["a", "shape"]) in ops and ops.index(("Reshape", ["a", "shape"])) > 4
+    rep = run_schedule(path, graph, sched, mode="session", repeat=1, warmup=0)
+    assert rep.outputs_match and rep.order_kept
+
+
+def test_unread_outputs_are_dropped_or_released() -> None:
+    path = GRAPHS / "torch_unet_train.onnx"
+    graph = from_onnx_file(path)
+    model = onnx.load(str(path))
+    out = scheduled_model(model, graph, checkpoint_all(graph).steps)
+    read = {t for n in out.graph.node for t in n.input} | {o.name for o in out.graph.output}
+    unread = [t for n in out.graph.node for t in n.output if t and t not in read]
+    assert unread and all(t.endswith("__shape") for t in unread)
+    read0 = {t for n in model.graph.node for t in n.input} | {o.name for o in model.graph.output}
+    original_unread = [t for n in model.graph.node for t in n.output if t and t not in read0]
+    assert original_unread, "the U-Net export has unread outputs (MaxPool values/indices)"
+
+
+# ---------------------------------------------------------------- inputs
+def test_inputs_have_the_right_types_and_valid_indices() -> None:
+    path = GRAPHS / "torch_transformer_train.onnx"
+    model = onnx.load(str(path))
+    feeds = make_inputs(model, seed=3)
+    assert feeds["x"].dtype == np.int64 and 0 <= feeds["x"].min() and feeds["x"].max() < 512
+    assert feeds["y"].max() < 512 and feeds["y"].max() > 10
+    assert feeds["emb_weight"].dtype == np.float32 and feeds["emb_weight"].shape == (512, 128)
+    again = make_inputs(model, seed=3, given={"x": feeds["x"]})
+    assert all(np.array_equal(again[k], feeds[k]) for k in feeds)
+    with pytest.raises(ValueError, match="expected"):
+        make_inputs(model, given={"x": feeds["x"].astype(np.int32)})
+
+
+# ---------------------------------------------------------------- replays
+def test_interpret_mode_peak_is_the_simulators(mlp: Graph) -> None:
+    model = onnx.load(str(MLP))
+    feeds = make_inputs(model, graph=mlp)
+    engine = Interpreter(model, mlp)
+    for sched in (checkpoint_all(mlp), recompute_forward(mlp)):
+        (run,) = interpret(engine, [sched.steps], feeds, warmup=0, repeat=1)
+        assert run.peak_memory == simulate(mlp, sched.steps).peak_memory
+        assert set(run.outputs) >= {o.name for o in model.graph.output}
+
+
+def test_session_mode_replay_matches_and_measures(mlp: Graph) -> None:
+    sched = recompute_forward(mlp)
+    rep = run_schedule(MLP, mlp, sched, mode="session", repeat=1, warmup=1)
+    assert rep.outputs_match and rep.max_abs_diff == 0.0
+    assert rep.order_kept
+    assert abs(rep.memory_error) <= 0.15
+    assert rep.measured.seconds > 0 and rep.unscheduled.seconds > 0
+    data = json.loads(rep.to_json())
+    for key in ("provider", "mode", "outputs_match", "threads"):
+        assert key in data
+    assert set(data["predicted"]) >= {"peak_memory", "cost"}
+    assert set(data["measured"]) >= {"peak_memory", "seconds"}
+    assert set(data["unscheduled"]) >= {"peak_memory", "seconds"}
+
+
+def test_cuda_needs_onnxruntime_gpu(mlp: Graph) -> None:
+    sched = checkpoint_all(mlp)
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(RuntimeUnavailable, match="onnxruntime-gpu"):
+            run_schedule(MLP, mlp, sched, provider="cuda", repeat=1, warmup=0)
+    else:  # a GPU machine: the CUDA path itself
+        rep = run_schedule(MLP, mlp, sched, provider="cuda", repeat=1, warmup=1)
+        assert rep.outputs_match and rep.measured.peak_memory > mlp.resident_bytes
+
+
+def test_cli_command_prints_json(mlp: Graph, tmp_path: Path) -> None:
+    sched_path = tmp_path / "s.json"
+    sched_path.write_text(checkpoint_all(mlp).to_json())
+    res = CliRunner().invoke(
+        run_command,
+        [str(MLP), str(sched_path), "--mode", "interpret", "--repeat", "1", "--warmup", "0", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["outputs_match"] and data["mode"] == "interpret"
+    assert data["measured"]["peak_memory"] == data["predicted"]["peak_memory"]
+    bad = CliRunner().invoke(run_command, [str(MLP), str(sched_path), "--provider", "cuda", "--repeat", "1"])
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert bad.exit_code == 2 and "onnxruntime-gpu" in bad.output
+
+
+def test_export_torch_command(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def tiny():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))\n"
+        "    return model, (torch.randn(32, 8), torch.randint(0, 3, (32,))), nn.functional.cross_entropy\n"
+    )
+    out = tmp_path / "tiny.onnx"
+    res = CliRunner().invoke(export_torch_command, [f"{spec}:tiny", "-o", str(out)])
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the optional extra is not installed: a clear one-line error
+        assert res.exit_code == 2 and "remat-cli[torch]" in res.output
+        return
+    assert res.exit_code == 0, res.output
+    graph = from_onnx_file(out)
+    assert {n.phase for n in graph.nodes} >= {"forward", "loss", "backward"}
+    assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4
+
+
+def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
+    other = from_onnx_file(GRAPHS / "torch_unet_train.onnx")
+    with pytest.raises(ModelMismatch, match="does not fit"):
+        run_schedule(MLP, mlp, checkpoint_all(other), repeat=1, warmup=0)

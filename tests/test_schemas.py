@@ -1,0 +1,31 @@
+"""The checked-in JSON Schemas match the pydantic models, and real files validate against them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from remat_cli import generators
+from remat_cli.schemas import render
+from remat_cli.solve import run_solver
+from remat_cli.solvers.base import SolveOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_schemas_are_current() -> None:
+    for filename, text in render().items():
+        on_disk = (ROOT / "schemas" / filename).read_text()
+        assert on_disk == text, f"schemas/{filename} is stale: run `make schemas`"
+
+
+def test_files_validate_against_schemas() -> None:
+    g = generators.linear(4)
+    schedule, _ = run_solver(g, 10**9, "checkpoint-all", SolveOptions())
+    assert schedule is not None
+    graph_schema = json.loads((ROOT / "schemas" / "graph.schema.json").read_text())
+    schedule_schema = json.loads((ROOT / "schemas" / "schedule.schema.json").read_text())
+    jsonschema.validate(json.loads(g.to_json()), graph_schema)
+    jsonschema.validate(json.loads(schedule.to_json()), schedule_schema)

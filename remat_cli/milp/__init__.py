@@ -5,6 +5,7 @@ See :mod:`remat_cli.milp.engine` for the API; the common names are re-exported h
 
 from remat_cli.milp.engine import (
     BACKENDS,
+    EngineError,
     EngineSettings,
     LinearModel,
     MilpResult,
@@ -14,6 +15,7 @@ from remat_cli.milp.engine import (
 
 __all__ = [
     "BACKENDS",
+    "EngineError",
     "EngineSettings",
     "LinearModel",
     "MilpResult",

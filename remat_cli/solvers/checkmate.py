@@ -1,0 +1,842 @@
+"""checkmate: the exact MILP of Checkmate (Jain et al., MLSys'20) over T frontier-advancing stages.
+
+The formulation is the one described in XEngine §3.2 (eqs. 2, 7–16 with a single device; the
+paper's own statement of Checkmate), Moccasin §1.1, FastSA App. A, and HiREmate App. B.3 for the
+hazard linearisation of FREE. It runs on the graph folded by :class:`~remat_cli.graph.NodeView`
+(one memory block per node, kept and freed together), restricted to the nodes some graph output
+needs; stage t (0-based) computes node t of `order` for the first time.
+
+Variables (``T`` = number of needed nodes, ``i ≤ t`` throughout)
+  R[t,i] ∈ {0,1}  node i is (re)computed in stage t                                  eq. (2)
+  S[t,i] ∈ {0,1}  node i's block is live on entry to stage t (checkpoint)            eq. (2)
+  FREE[t,i,k] ∈ {0,1}  for k ≤ t and i ∈ DEPS[k] ∪ {k}: block i is freed right after
+                  computing k in stage t                                             eq. (3)
+  U[t,k] ≥ 0      memory of the intermediate blocks right after computing k          eq. (6)
+
+Objective  min Σ_t Σ_i cost_i R[t,i]                                                 eq. (1)
+Constraints
+  R[t,t] = 1, R[t,i] = 0 for i > t (frontier advancing)                     eqs. (7), (8), (9)
+  S[t,i] = 0 for i ≥ t                                                               eq. (10)
+  S[t+1,i] ≤ S[t,i] + R[t,i]; the virtual row S[T,i] = keep[i] keeps graph outputs    eq. (11)
+  R[t,k] ≤ R[t,i] + S[t,i] for every edge i → k                                      eq. (12)
+  U[t,0] = Σ_i M_i S[t,i] + M_0 R[t,0]                                               eq. (13)
+  U[t,k+1] = U[t,k] − Σ_{i ∈ DEPS[k] ∪ {k}} M_i FREE[t,i,k] + M_{k+1} R[t,k+1]          eq. (14–15)
+  FREE[t,i,k] = R[t,k]·(1 − S[t+1,i])·Π_{j ∈ USERS[i], k<j≤t}(1 − R[t,j]), linearised with the
+    hazard count h = (1 − R[t,k]) + S[t+1,i] + Σ_j R[t,j] and κ = 2 + |{j}|:
+    1 − FREE ≤ h  and  κ(1 − FREE) ≥ h                                 eq. (16), HiREmate B.3
+  U[t,k] + workspace_k R[t,k] ≤ budget − resident     (workspace counts at the compute instant)
+  R[t,i] = 0 for i < t when node i is not recomputable.
+
+Two defects of the reference implementation are not repeated: the own block of k is in
+FREE[t,k,k] (so an output nobody reads later is freed within its stage), and the schedule is
+decoded from S alone with the minimal-recompute rule (:func:`minimal_R`) and then simulated by
+``run_solver`` — U is never trusted.
+
+Memory is scaled by the gcd of all block sizes and workspaces (exact: the budget becomes
+⌊(budget − resident)/g⌋), which also gives CP-SAT the integer model it needs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from remat_cli.graph import Graph
+from remat_cli.milp import EngineSettings, LinearModel, MilpResult
+from remat_cli.milp import solve as milp_solve
+from remat_cli.milp.engine import EngineError, available_backends
+from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
+from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+
+PAPER = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, Moccasin §1.1, HiREmate B.3)"
+#: measured in bench/results/checkmate_backends.json: HiGHS proves the CM1 / RL n100 optima fastest
+AUTO_ORDER = ("gurobi", "highs", "scip", "cpsat")
+
+
+@dataclass
+class Stages:
+    """The needed nodes of a graph in `order`, as the T stages of the Checkmate MILP."""
+
+    graph: Graph
+    ids: list[str]  # node id of stage / column i
+    mem: np.ndarray  # scaled block sizes (int64)
+    ws: np.ndarray  # scaled workspaces
+    cost: np.ndarray
+    preds: list[list[int]]
+    succs: list[list[int]]
+    keep: np.ndarray  # bool
+    recomputable: np.ndarray  # bool
+    scale: int  # bytes per memory unit
+    capacity: int  # ⌊(budget − resident)/scale⌋, may be negative
+
+    @property
+    def T(self) -> int:
+        return len(self.ids)
+
+
+def stages_of(graph: Graph, budget: int) -> Stages:
+    v = graph.node_view
+    keep_idx = [i for i in range(len(v)) if v.needed[i]]
+    local = {g: k for k, g in enumerate(keep_idx)}
+    mem = np.array([v.mem[i] for i in keep_idx], dtype=np.int64)
+    ws = np.array([v.workspace[i] for i in keep_idx], dtype=np.int64)
+    g = 0
+    for m in (*mem.tolist(), *ws.tolist()):
+        g = math.gcd(g, int(m))
+    g = max(g, 1)
+    preds = [[local[p] for p in v.preds[i] if p in local] for i in keep_idx]
+    succs: list[list[int]] = [[] for _ in keep_idx]
+    for k, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(k)
+    return Stages(
+        graph=graph,
+        ids=[v.ids[i] for i in keep_idx],
+        mem=mem // g,
+        ws=ws // g,
+        cost=np.array([v.cost[i] for i in keep_idx], dtype=float),
+        preds=preds,
+        succs=[sorted(s) for s in succs],
+        keep=np.array([v.keep[i] for i in keep_idx], dtype=bool),
+        recomputable=np.array([v.recomputable[i] for i in keep_idx], dtype=bool),
+        scale=g,
+        capacity=(budget - v.resident) // g,
+    )
+
+
+def _tri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+    """Index of (t, i), i ≤ t, in a row-major lower triangle with diagonal."""
+    return t * (t + 1) // 2 + i
+
+
+def _stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+    """Index of (t, i), i < t, in a row-major strict lower triangle (rows 1..T)."""
+    return t * (t - 1) // 2 + i
+
+
+@dataclass
+class CheckmateModel:
+    stages: Stages
+    model: LinearModel
+    R: np.ndarray  # column of R[t,i] at _tri(t,i)
+    S: np.ndarray  # column of S[t,i] at _stri(t,i), t = 1..T
+    U: np.ndarray  # column of U[t,k] at _tri(t,k)
+    free_t: np.ndarray  # the (t, i, k) of each FREE column, in column order
+    free_i: np.ndarray
+    free_k: np.ndarray
+    FREE: np.ndarray
+    cost_scale: float  # model objective = cost_scale × (recomputation cost)
+    unit: float = 1.0  # bytes-per-scale units per model memory unit
+
+    def real_cost(self, objective: float | None) -> float | None:
+        """Total compute cost of a model objective value (first runs added back)."""
+        if objective is None:
+            return None
+        return objective / self.cost_scale + float(self.stages.cost.sum())
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- solution <-> matrices ----
+    def S_matrix(self, x: np.ndarray) -> np.ndarray:
+        """(T+1) × T 0/1 matrix of S (row T is the virtual "live at the end" row)."""
+        T = self.stages.T
+        out = np.zeros((T + 1, T), dtype=bool)
+        t, i = np.tril_indices(T + 1, -1)
+        t, i = t[t >= 1], i[t >= 1]
+        out[t, i] = x[self.S[_stri(t, i)]] > 0.5
+        return out
+
+    def vector(self, S: np.ndarray, R: np.ndarray) -> np.ndarray:
+        """A full variable vector for (S, R): FREE from its definition, U from the recurrence."""
+        st = self.stages
+        T = st.T
+        x = np.zeros(self.model.num_vars)
+        t, i = np.tril_indices(T)
+        x[self.R[_tri(t, i)]] = R[t, i]
+        t2, i2 = np.tril_indices(T + 1, -1)
+        sel = t2 >= 1
+        x[self.S[_stri(t2[sel], i2[sel])]] = S[t2[sel], i2[sel]]
+        # FREE[t,i,k] = R[t,k] (1 − S[t+1,i]) Π_{j ∈ USERS[i], k<j≤t} (1 − R[t,j])
+        fv = np.zeros(len(self.FREE))
+        for n, (tt, ii, kk) in enumerate(zip(self.free_t, self.free_i, self.free_k, strict=True)):
+            if R[tt, kk] and not S[tt + 1, ii]:
+                fv[n] = float(not any(R[tt, j] for j in st.succs[ii] if kk < j <= tt))
+        x[self.FREE] = fv
+        freed = np.zeros((T, T))
+        np.add.at(freed, (self.free_t, self.free_k), fv * st.mem[self.free_i])
+        for tt in range(T):
+            u = float(S[tt, :tt] @ st.mem[:tt]) if tt else 0.0
+            for k in range(tt + 1):
+                u += R[tt, k] * st.mem[k]
+                x[self.U[_tri(tt, k)]] = u / self.unit
+                u -= freed[tt, k]
+        return x
+
+
+def build_model(
+    st: Stages,
+    capacity: int | None = None,
+    integer_u: bool = False,
+    free_form: str = "product",
+    tighten: bool = True,
+) -> CheckmateModel:
+    """The Checkmate MILP of the module docstring, built in bulk (see remat_cli.milp.engine).
+
+    Memory is in gcd units when `integer_u` (CP-SAT's all-integer model); otherwise it is
+    normalised so that the capacity is 1, which keeps the LP well scaled (HiGHS solves the CM1
+    relaxation ~8× faster than with raw units). The decoded schedule is simulated in bytes, so a
+    tolerance-sized overshoot is caught (see ``Checkmate.solve``).
+    """
+    T = st.T
+    cap_units = st.capacity if capacity is None else capacity
+    unit = 1.0 if integer_u else float(max(cap_units, 1))
+    cap = cap_units / unit
+    mem = st.mem / unit
+    wsp = st.ws / unit
+    m = LinearModel("checkmate")
+    ntri = T * (T + 1) // 2
+    base_cost = float(st.cost.sum()) or 1.0
+    # The objective is the recomputation cost only (the first runs, R[t,t] = 1, are a constant
+    # added back by real_cost): the engines' relative gap then measures the overhead, not the
+    # total, and a "proved optimal" overhead of 0.03% is not 0.01% of the total away from the
+    # optimum. Scaled so that the mean node costs 1.
+    cost_scale = T / base_cost
+    # ---- R: lower triangle with diagonal; R[t,t] = 1; R[t,i<t] = 0 when not recomputable
+    t_idx, i_idx = np.tril_indices(T)
+    r_lb = (t_idx == i_idx).astype(float)
+    r_ub = np.where((t_idx == i_idx) | st.recomputable[i_idx], 1.0, 0.0)
+    R = m.add_vars(
+        ntri, lb=r_lb, ub=r_ub, integer=True, cost=np.where(t_idx == i_idx, 0.0, st.cost[i_idx] * cost_scale)
+    )
+    # ---- S: strict lower triangle of rows 1..T; row T fixed to keep (graph outputs live at end)
+    ts, is_ = np.tril_indices(T + 1, -1)
+    sel = ts >= 1
+    ts, is_ = ts[sel], is_[sel]
+    s_fix = ts == T
+    s_lb = np.where(s_fix, st.keep[is_], 0).astype(float)
+    s_ub = np.where(s_fix, st.keep[is_], 1).astype(float)
+    S = m.add_vars(len(ts), lb=s_lb, ub=s_ub, integer=True)
+    # ---- U
+    U = m.add_vars(ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
+    # ---- FREE: (t, i, k) for k ≤ t, i ∈ DEPS[k] ∪ {k}
+    ft: list[np.ndarray] = []
+    fi: list[np.ndarray] = []
+    fk: list[np.ndarray] = []
+    for k in range(T):
+        ts_k = np.arange(k, T)
+        for i in (*st.preds[k], k):
+            ft.append(ts_k)
+            fi.append(np.full(len(ts_k), i))
+            fk.append(np.full(len(ts_k), k))
+    free_t = np.concatenate(ft) if ft else np.zeros(0, np.int64)
+    free_i = np.concatenate(fi) if fi else np.zeros(0, np.int64)
+    free_k = np.concatenate(fk) if fk else np.zeros(0, np.int64)
+    FREE = m.add_vars(len(free_t), integer=True)
+
+    # eq. (11): S[t+1,i] − S[t,i] − R[t,i] ≤ 0   for t = 0..T−1, i ≤ t
+    t_, i_ = np.tril_indices(T)
+    n = len(t_)
+    rows = np.arange(n)
+    cols = [S[_stri(t_ + 1, i_)], R[_tri(t_, i_)]]
+    vals = [np.ones(n), -np.ones(n)]
+    has_prev = i_ < t_
+    rows_all = [rows, rows, rows[has_prev]]
+    cols.append(S[_stri(t_[has_prev], i_[has_prev])])
+    vals.append(-np.ones(int(has_prev.sum())))
+    m.add_constraints(
+        np.concatenate(rows_all), np.concatenate(cols), np.concatenate(vals), -np.inf, 0.0, count=n
+    )
+
+    # eq. (12): R[t,k] − R[t,i] − S[t,i] ≤ 0 for each edge i → k and t ≥ k
+    er, ec, ev = [], [], []
+    nrow = 0
+    for k in range(T):
+        tk = np.arange(k, T)
+        for i in st.preds[k]:
+            r = np.arange(nrow, nrow + len(tk))
+            er += [r, r]
+            ec += [R[_tri(tk, k)], R[_tri(tk, i)]]
+            ev += [np.ones(len(tk)), -np.ones(len(tk))]
+            # S[t,i] exists for t ≥ 1 > i, always true here since i < k ≤ t
+            er.append(r)
+            ec.append(S[_stri(tk, i)])
+            ev.append(-np.ones(len(tk)))
+            nrow += len(tk)
+    if nrow:
+        m.add_constraints(
+            np.concatenate(er), np.concatenate(ec), np.concatenate(ev), -np.inf, 0.0, count=nrow
+        )
+
+    # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
+    #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
+    #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
+    nF = len(free_t)
+    hr, hc, hv = (
+        [np.arange(nF)] * 3,
+        [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
+        [
+            np.ones(nF),
+            -np.ones(nF),
+            np.ones(nF),
+        ],
+    )
+    hr, hc, hv = list(hr), list(hc), list(hv)
+    users_cnt = np.zeros(nF, dtype=np.int64)
+    # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
+    by_i: dict[int, np.ndarray] = {}
+    order = np.argsort(free_i, kind="stable")
+    bounds = np.searchsorted(free_i[order], np.arange(T + 1))
+    for i in range(T):
+        by_i[i] = order[bounds[i] : bounds[i + 1]]
+    for i in range(T):
+        rows_i = by_i[i]
+        if not len(rows_i):
+            continue
+        for j in st.succs[i]:
+            sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
+            if len(sel_j):
+                hr.append(sel_j)
+                hc.append(R[_tri(free_t[sel_j], j)])
+                hv.append(np.ones(len(sel_j)))
+                users_cnt[sel_j] += 1
+    kappa = 2.0 + users_cnt
+    hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
+    if free_form == "hazard":
+        m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
+        hv_b = hv_a.copy()
+        hv_b[:nF] = kappa  # the first block is the FREE column itself
+        m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
+    else:
+        # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
+        # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
+        # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
+        nterm = len(hr_a)
+        pr = np.arange(nterm - nF)  # one row per non-FREE term
+        src = hr_a[nF:]
+        m.add_constraints(
+            np.concatenate([pr, pr]),
+            np.concatenate([FREE[src], hc_a[nF:]]),
+            np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
+            -np.inf,
+            np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
+        )
+
+    if tighten:
+        _add_dominance(m, st, R, S)
+
+    # eqs. (13)–(15): memory recurrence, one equality per (t, k)
+    ur, uc, uv = [], [], []
+    t_, k_ = np.tril_indices(T)
+    n = len(t_)
+    rows = np.arange(n)
+    ur += [rows, rows]
+    uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
+    uv += [np.ones(n), -mem[k_].astype(float)]
+    first = k_ == 0
+    later = ~first
+    # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
+    ur.append(rows[later])
+    uc.append(U[_tri(t_[later], k_[later] - 1)])
+    uv.append(-np.ones(int(later.sum())))
+    row_of = {}  # (t, k) → row
+    row_id = _tri(t_, k_)  # rows are numbered like the triangle
+    assert np.array_equal(row_id, rows)
+    del row_of
+    nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
+    ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
+    uc.append(FREE[nxt])
+    uv.append(mem[free_i[nxt]].astype(float))
+    # k = 0: − Σ_{i<t} M_i S[t,i]
+    tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
+    ur.append(_tri(tS, 0))
+    uc.append(S[_stri(tS, iS)])
+    uv.append(-mem[iS].astype(float))
+    m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
+
+    # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
+    wk = wsp[k_] > 0
+    if wk.any():
+        r = np.arange(int(wk.sum()))
+        m.add_constraints(
+            np.concatenate([r, r]),
+            np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
+            np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
+            -np.inf,
+            cap,
+        )
+    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+
+
+def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> None:
+    """Cuts that keep at least one optimum: every recomputation and every checkpoint is used.
+
+    From any optimal (R, S), dropping a recomputation that no node of its stage reads and that is
+    not carried on, a checkpoint that is neither read in its stage nor carried on, or a
+    recomputation of a block that is already checkpointed, lowers cost and memory and keeps
+    eqs. (11)–(12); repeating this ends in a solution that satisfies, for i < t,
+      (D1) R[t,i] ≤ S[t+1,i] + Σ_{j ∈ USERS[i], j ≤ t} R[t,j]
+      (D2) S[t,i] ≤ S[t+1,i] + Σ_{j ∈ USERS[i], j ≤ t} R[t,j]
+      (D3) R[t,i] + S[t,i] ≤ 1.
+    They remove the useless (and symmetric) parts of the search space the MILP engines would
+    otherwise branch over; the optimum value is unchanged (checked against brute force).
+    """
+    T = st.T
+    t_, i_ = np.tril_indices(T, -1)  # i < t
+    n = len(t_)
+    rows = np.arange(n)
+    # users j of i with j ≤ t: loop over edges (i, j), vectorised over the rows with t ≥ j
+    ur, uc = [], []
+    # an index (t, i) → row, then one slice per edge (i, j) over the stages t ≥ j
+    row_of = np.full((T, T), -1, dtype=np.int64)
+    row_of[t_, i_] = rows
+    for i in range(T):
+        for j in st.succs[i]:
+            ts = np.arange(j, T)
+            ur.append(row_of[ts, i])
+            uc.append(R[_tri(ts, j)])
+    users_r = np.concatenate(ur) if ur else np.zeros(0, np.int64)
+    users_c = np.concatenate(uc) if uc else np.zeros(0, np.int64)
+    for own in (R[_tri(t_, i_)], S[_stri(t_, i_)]):
+        m.add_constraints(
+            np.concatenate([rows, rows, users_r]),
+            np.concatenate([own, S[_stri(t_ + 1, i_)], users_c]),
+            np.concatenate([np.ones(n), -np.ones(n), -np.ones(len(users_r))]),
+            -np.inf,
+            0.0,
+            count=n,
+        )
+    m.add_constraints(
+        np.concatenate([rows, rows]),
+        np.concatenate([R[_tri(t_, i_)], S[_stri(t_, i_)]]),
+        1.0,
+        -np.inf,
+        1.0,
+        count=n,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoding
+
+
+def minimal_R(st: Stages, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least R compatible with S, and S without its unused checkpoints.
+
+    Stage t computes t, every node whose block must be live on entry to stage t+1 but is not live
+    on entry to t, and — backwards — every missing input of a node it computes. Any feasible
+    (R, S) has R ≥ minimal_R(S) (eqs. 11, 12). Stages are processed last to first so that a
+    checkpoint S[t,i] that stage t neither reads nor carries on is dropped (it changes nothing in
+    the decoded schedule; the MILP's dominance cuts D2 require it).
+    """
+    T = st.T
+    S = S.copy()
+    R = np.zeros((T, T), dtype=bool)
+    for t in range(T - 1, -1, -1):
+        R[t, t] = True
+        for k in range(t - 1, -1, -1):
+            used = any(R[t, j] for j in st.succs[k] if j <= t)
+            if S[t, k]:
+                S[t, k] = bool(S[t + 1, k]) or used
+                continue
+            R[t, k] = bool(S[t + 1, k]) or used
+    return S, R
+
+
+def repair_S(st: Stages, S: np.ndarray) -> np.ndarray:
+    """Make S carry every block of a non-recomputable node from its stage to its last need."""
+    if st.recomputable.all():
+        return S
+    S = S.copy()
+    while True:
+        _, R = minimal_R(st, S)
+        bad = [(t, k) for k in np.flatnonzero(~st.recomputable) for t in np.flatnonzero(R[:, k]) if t != k]
+        if not bad:
+            return S
+        for t, k in bad:
+            S[k + 1 : t + 1, k] = True
+
+
+def improve_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray:
+    """Local search for the warm start: replace a recomputation by keeping the block live.
+
+    For each recomputation R[t,k] (k < t), checkpoint k in every stage from its previous
+    computation up to t; accept when the decoded schedule stays within `budget` and costs less.
+    Repeats until no move helps or `deadline` (time.monotonic()) passes.
+    """
+    graph = st.graph
+    S, R = minimal_R(st, S)
+    cost = float((R * st.cost[None, :]).sum())
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        cand = [(st.cost[k], t, k) for t, k in zip(*np.nonzero(np.tril(R, -1)), strict=True)]
+        for _, t, k in sorted(cand, reverse=True):  # the dearest recomputations first
+            if time.monotonic() >= deadline:
+                break
+            if not R[t, k]:
+                continue
+            prev = np.flatnonzero(R[:t, k])
+            if not len(prev):
+                continue
+            S2 = S.copy()
+            S2[prev[-1] + 1 : t + 1, k] = True
+            S2, R2 = minimal_R(st, S2)
+            c2 = float((R2 * st.cost[None, :]).sum())
+            if c2 >= cost - 1e-12:
+                continue
+            seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R2[tt, j]]
+            if simulate(graph, steps_from_sequence(graph, seq)).peak_memory <= budget:
+                S, R, cost = S2, R2, c2
+                improved = True
+    return S
+
+
+def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray | None:
+    """Greedy repair for the warm start: from an over-budget S (e.g. the baseline's), fix the
+    first overflowing stage by dropping the checkpoint that removes the most of its overflow per
+    unit of added recomputation, and move on to the next overflowing stage until all fit.
+
+    Overflow of a stage = Σ over its compute instants of max(0, memory − budget). A move un-keeps
+    block i from stage t* up to and including its next reading stage (where minimal_R recomputes
+    it); it only changes stages ≥ t* − 1 and never raises memory before t*, so the first
+    overflowing stage only moves right. None when the deadline passes or no move helps.
+    """
+    graph = st.graph
+
+    def evaluate(S_: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+        S_, R_ = minimal_R(st, S_)
+        stage_of = [tt for tt in range(st.T) for j in range(tt + 1) if R_[tt, j]]
+        seq = [st.ids[j] for tt in range(st.T) for j in range(tt + 1) if R_[tt, j]]
+        steps = steps_from_sequence(graph, seq)
+        sim = simulate(graph, steps, keep_profile=True)
+        over = np.zeros(st.T)
+        k = 0
+        for mem, step in zip(sim.profile, steps, strict=True):
+            if step.op == "compute":
+                over[stage_of[k]] += max(0, mem - budget)
+                k += 1
+        return over, sim.cost, S_, R_
+
+    over, cost, S, R = evaluate(S)
+    while over.any():
+        if time.monotonic() >= deadline:
+            return None
+        t_star = int(np.flatnonzero(over)[0])
+        best: tuple[float, np.ndarray] | None = None
+        for i in np.flatnonzero(S[t_star, :t_star] & st.recomputable[:t_star]):
+            S2 = S.copy()
+            tt = t_star
+            while tt < st.T and S2[tt, i]:
+                S2[tt, i] = False
+                if any(R[tt, j] for j in st.succs[i] if j <= tt):
+                    break
+                tt += 1
+            o2, c2, _, _ = evaluate(S2)
+            first2 = int(np.flatnonzero(o2)[0]) if o2.any() else st.T
+            gain = over[t_star] if first2 > t_star else over[t_star] - o2[t_star]
+            if first2 >= t_star and gain > 1e-9:
+                score = max(c2 - cost, 0.0) / gain
+                if best is None or score < best[0]:
+                    best = (score, S2)
+            if time.monotonic() >= deadline:
+                return None
+        if best is None:
+            return None
+        over, cost, S, R = evaluate(best[1])
+    return S
+
+
+def sequence_from_S(st: Stages, S: np.ndarray) -> list[str]:
+    _, R = minimal_R(st, S)
+    return [st.ids[k] for t in range(st.T) for k in range(t + 1) if R[t, k]]
+
+
+def steps_from_S(st: Stages, S: np.ndarray) -> list[Step]:
+    return steps_from_sequence(st.graph, sequence_from_S(st, S))
+
+
+def S_from_steps(st: Stages, steps: list[Step]) -> np.ndarray | None:
+    """Checkpoints of a schedule: S[t,i] = 1 when block i is live between stage t−1 and stage t,
+    i.e. after node t−1 first runs (and the frees that follow it), before the next compute; row
+    T is the live set at the end. None when the schedule does not first-run nodes in `order`."""
+    T = st.T
+    index = {n: k for k, n in enumerate(st.ids)}
+    producer = st.graph.producer
+    live_cnt = np.zeros(T, dtype=np.int64)  # live output values per block
+    S = np.zeros((T + 1, T), dtype=bool)
+    seen = 0
+    pending = False  # a stage boundary is open: snapshot before the next compute
+    for step in steps:
+        if step.op == "compute":
+            k = index.get(step.node or "")
+            if k is None:
+                return None
+            if pending:
+                S[seen, :] = live_cnt > 0
+                pending = False
+            if k == seen:
+                seen += 1
+                pending = True
+            elif k > seen:
+                return None
+            live_cnt[k] += len(st.graph.node_map[st.ids[k]].outputs)
+        else:
+            p = producer.get(step.value or "")
+            if p is not None and p in index:
+                live_cnt[index[p]] -= 1
+    if seen != T:
+        return None
+    S[T, :] = st.keep
+    return np.tril(S, -1)
+
+
+def hint_vector(cm: CheckmateModel, steps: list[Step]) -> np.ndarray | None:
+    """Variables of the Checkmate model for a schedule, or None when it does not fit the model
+    (wrong first-run order, or over the budget once folded to blocks)."""
+    S = S_from_steps(cm.stages, steps)
+    if S is None:
+        return None
+    x = cm.vector(*minimal_R(cm.stages, S))
+    return x if cm.model.violation(x) <= 1e-6 else None
+
+
+def warm_start_steps(graph: Graph, budget: int, options: SolveOptions) -> list[tuple[str, list[Step]]]:
+    """Candidate warm starts, best first: the user's --hint, the greedy schedule, the baseline."""
+    out: list[tuple[str, list[Step]]] = []
+    if options.hint:
+        out.append(("hint", list(options.hint)))
+    try:
+        from remat_cli.solvers import registry
+
+        greedy = registry.get("greedy")
+        sub = SolveOptions(time_limit=min(5.0, options.remaining() or 5.0), seed=options.seed, workers=1)
+        res = greedy.solve(graph, budget, sub)
+        if res.steps is not None:
+            out.append(("greedy", res.steps))
+    except Exception:  # greedy is optional (another module); the baseline always exists
+        pass
+    out.append(("baseline", baseline_steps(graph)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The solver
+
+
+def engine_settings(options: SolveOptions, backend: str) -> EngineSettings:
+    return EngineSettings(
+        backend=backend,
+        auto_order=AUTO_ORDER,
+        time_limit=options.remaining(),
+        threads=max(1, options.workers),
+        seed=options.seed,
+        deterministic=options.workers == 1,
+    )
+
+
+class Checkmate(Solver):
+    name = "checkmate"
+    method = "MILP over frontier-advancing stages (R, S, FREE, U) in the fixed `order`"
+    paper = PAPER
+    exact = True
+    params = (
+        Param(
+            "backend",
+            str,
+            "auto",
+            "MILP engine (auto = gurobi when licensed for the model, else highs)",
+            choices=("auto", "highs", "scip", "cpsat", "gurobi"),
+        ),
+        Param("rel_gap", float, 1e-4, "relative MIP gap at which a solution counts as optimal"),
+        Param(
+            "free_form",
+            str,
+            "product",
+            "FREE linearisation: product (one bound per factor, tighter) or hazard (the paper's κ form)",
+            choices=("product", "hazard"),
+        ),
+        Param("lp_warm_start", bool, True, "when no schedule fits, warm-start from Checkmate's LP rounding"),
+    )
+
+    def availability(self) -> tuple[str, str]:  # type: ignore[override]
+        avail = available_backends()
+        if any(ok for ok, _ in avail.values()):
+            return "available", ""
+        return "missing engine", "; ".join(f"{b}: {why}" for b, (ok, why) in avail.items())
+
+    def notes(self) -> str:
+        return (
+            "O(T²) binaries: proves optima up to a few hundred nodes; Gurobi is used when gurobipy's "
+            "licence accepts the model, else HiGHS. HiGHS reports only its final incumbent."
+        )
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        p = self.defaults() | options.params
+        st = stages_of(graph, budget)
+        backend = str(p["backend"])
+        integer_u = backend == "cpsat"
+        params = {"backend": backend, "rel_gap": float(p["rel_gap"]), "free_form": str(p["free_form"])}
+        warm = warm_start_steps(graph, budget, options)
+        fallback_peak = min(simulate(graph, s).peak_memory for _, s in warm)
+        if st.capacity < 0 or st.T == 0:
+            if st.T == 0:
+                return SolverResult(steps=[], status="optimal", objective=0.0, lower_bound=0.0, params=params)
+            return SolverResult(
+                steps=None,
+                status="infeasible",
+                params=params,
+                message="budget is below the resident inputs and parameters",
+                best_peak=fallback_peak,
+            )
+        cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+        hint, hint_src = self._warm_start(graph, budget, options, cm, warm, bool(p["lp_warm_start"]))
+        if options.time_limit is not None and (options.remaining() or 0.0) < 1.0:
+            # no time left for the engine: hand back the warm start (HiGHS overruns tiny limits)
+            if hint is None:
+                return SolverResult(
+                    steps=None, status="unknown", params=params, message="time limit reached before the MILP"
+                )
+            return SolverResult(
+                steps=steps_from_S(st, cm.S_matrix(hint)),
+                status="feasible",
+                params=params,
+                message=f"time limit reached before the MILP; warm start: {hint_src}",
+            )
+        res = run_checkmate(cm, options, backend, params, hint, hint_src, fallback_peak)
+        # memory is normalised for the engines; a tolerance-sized overshoot of the byte budget is
+        # possible in principle: tighten the capacity by the overshoot and solve again
+        for _ in range(3):
+            if res.steps is None or simulate(graph, res.steps).peak_memory <= budget:
+                break
+            over = simulate(graph, res.steps).peak_memory - budget
+            st.capacity -= -(-over // st.scale)
+            if st.capacity < 0 or (options.remaining() is not None and options.remaining() <= 0):
+                break
+            cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+            res = run_checkmate(cm, options, backend, params, None, "", fallback_peak)
+            res.message = (
+                res.message or ""
+            ) + "; re-solved with the capacity tightened by a tolerance overshoot"
+        return res
+
+    def _warm_start(
+        self,
+        graph: Graph,
+        budget: int,
+        options: SolveOptions,
+        cm: CheckmateModel,
+        warm: list[tuple[str, list[Step]]],
+        lp_rounding: bool,
+    ) -> tuple[np.ndarray | None, str]:
+        """The cheapest candidate that fits the model, so the engine has an incumbent at once.
+
+        Candidates: the user's hint and the greedy schedule when within budget; the baseline
+        repaired by :func:`greedy_repair_S`; and, when none of those fits, Checkmate's LP
+        rounding. The chosen one is polished by :func:`improve_S`. Each heuristic gets a share of
+        the time limit (15%, LP 25%; 30 s caps without one).
+        """
+        st = cm.stages
+
+        def share(frac: float) -> float:
+            rem = options.remaining()
+            return min(30.0, frac * rem) if rem is not None else 30.0
+
+        cands: list[tuple[float, str, np.ndarray]] = []
+
+        def add(src: str, S: np.ndarray | None) -> None:
+            if S is None:
+                return
+            S, R = minimal_R(st, S)
+            seq = [st.ids[j] for t in range(st.T) for j in range(t + 1) if R[t, j]]
+            sim = simulate(graph, steps_from_sequence(graph, seq))
+            if sim.peak_memory <= budget:
+                cands.append((sim.cost, src, S))
+
+        base_S = None
+        for src, steps in warm:
+            S = S_from_steps(st, steps)
+            if src == "baseline":
+                base_S = S
+            add(src, S)
+        if not cands and base_S is not None:
+            add(
+                "baseline + greedy repair",
+                greedy_repair_S(st, base_S, budget, time.monotonic() + share(0.15)),
+            )
+        rem = options.remaining()
+        # the LP of a large model can take tens of seconds and HiGHS does not stop mid-presolve
+        if not cands and lp_rounding and (rem is None or rem >= 40.0):
+            from remat_cli.solvers.checkmate_lp import best_rounding
+
+            sub = SolveOptions(time_limit=share(0.25), seed=options.seed, workers=options.workers)
+            rr = best_rounding(graph, budget, sub, 0.9, 20)
+            if rr.best is not None:
+                add(f"LP rounding ({rr.best[3]})", S_from_steps(st, rr.best[2]))
+        for _, src, S in sorted(cands, key=lambda c: c[0]):
+            S = improve_S(st, S, budget, time.monotonic() + share(0.1))
+            x = cm.vector(*minimal_R(st, S))
+            if cm.model.violation(x) <= 1e-6:
+                options.incumbent(steps_from_S(st, cm.S_matrix(x)))
+                return x, src + " + local search"
+        return None, ""
+
+
+def run_checkmate(
+    cm: CheckmateModel,
+    options: SolveOptions,
+    backend: str,
+    params: dict[str, Any],
+    hint: np.ndarray | None,
+    hint_src: str,
+    fallback_peak: int | None,
+) -> SolverResult:
+    st = cm.stages
+
+    def on_solution(x: np.ndarray, obj: float) -> None:
+        options.incumbent(steps_from_S(st, cm.S_matrix(x)))
+
+    def on_progress(facts: dict[str, Any]) -> None:
+        options.progress(
+            elapsed=facts.get("elapsed"),
+            incumbent=cm.real_cost(facts.get("objective")),
+            bound=cm.real_cost(facts.get("bound")),
+            gap=facts.get("gap"),
+        )
+
+    es = engine_settings(options, backend)
+    es.rel_gap = float(params.get("rel_gap", 1e-4))
+    es.hint = hint
+    es.engine_options = dict(params.get("engine_options", {}))
+    es.on_solution = on_solution
+    es.on_progress = on_progress
+    try:
+        res: MilpResult = milp_solve(cm.model, es)
+    except EngineError as e:
+        return SolverResult(
+            steps=None, status="unknown", message=str(e), params=params, best_peak=fallback_peak
+        )
+    msg = res.message + (f"; warm start: {hint_src}" if hint_src else "; no warm start fitted the model")
+    if res.x is None:
+        return SolverResult(
+            steps=None,
+            status=res.status,
+            backend=res.backend,
+            lower_bound=cm.real_cost(res.bound),
+            params=params,
+            message=msg,
+            best_peak=fallback_peak,
+        )
+    steps = steps_from_S(st, cm.S_matrix(res.x))
+    return SolverResult(
+        steps=steps,
+        status=res.status,
+        backend=res.backend,
+        objective=cm.real_cost(res.objective),
+        lower_bound=cm.real_cost(res.bound),
+        params=params,
+        message=msg + (f"; gap {res.gap:.2e}" if res.gap is not None else ""),
+    )

@@ -1,0 +1,210 @@
+"""Proof of correctness for checkmate / checkmate-lp: the MILP optimum equals an exhaustive search
+of the same fixed-order space (tests/bruteforce.py), the LP value bounds it from below, and
+every schedule passes the simulator (run_solver simulates and raises on an invalid one)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from bruteforce import brute_force_min_cost
+
+from remat_cli import generators as G
+from remat_cli.graph import Graph, Node, Value
+from remat_cli.schedule import baseline, baseline_steps, peak_lower_bound, simulate
+from remat_cli.solve import run_solver
+from remat_cli.solvers.base import SolveOptions
+from remat_cli.solvers.checkmate import (
+    S_from_steps,
+    build_model,
+    hint_vector,
+    minimal_R,
+    stages_of,
+    steps_from_S,
+)
+
+
+def random_graph(n: int, seed: int, multi: bool = False) -> Graph:
+    """A random DAG of n single-output nodes (two outputs for some when `multi`)."""
+    rng = random.Random(seed)
+    values = [Value(id="x", size=rng.randint(1, 4), role="input")]
+    nodes = []
+    produced: list[str] = []
+    for i in range(n):
+        ins = [v for v in produced if rng.random() < 0.35] or (produced[-1:] if produced else [])
+        if i == 0 or rng.random() < 0.3:
+            ins.append("x")
+        outs = [f"v{i}"] + ([f"w{i}"] if multi and rng.random() < 0.5 else [])
+        for o in outs:
+            values.append(Value(id=o, size=rng.randint(1, 6)))
+        nodes.append(
+            Node(
+                id=f"n{i}",
+                inputs=ins,
+                outputs=outs,
+                cost=rng.randint(0, 5),
+                workspace=rng.choice([0, 0, 1, 3]),
+                recomputable=rng.random() > 0.1,
+            )
+        )
+        produced.extend(outs)
+    outputs = [nodes[-1].outputs[0]] + ([f"v{rng.randrange(n - 1)}"] if n > 1 and rng.random() < 0.3 else [])
+    return Graph(name=f"rand{seed}", values=values, nodes=nodes, outputs=outputs)
+
+
+def hand_made() -> dict[str, Graph]:
+    """Chain forward/backward (the classic checkpointing case), a diamond, a skip connection."""
+    chain = G.linear(3, seed=5)  # 3 forward + loss + 3 backward nodes = 7
+    v = [Value(id="x", size=2, role="input")] + [
+        Value(id=f"d{i}", size=s) for i, s in enumerate([4, 3, 3, 2])
+    ]
+    diamond = Graph(
+        name="diamond",
+        values=v,
+        nodes=[
+            Node(id="a", inputs=["x"], outputs=["d0"], cost=2),
+            Node(id="b", inputs=["d0"], outputs=["d1"], cost=1),
+            Node(id="c", inputs=["d0"], outputs=["d2"], cost=3, workspace=2),
+            Node(id="d", inputs=["d1", "d2"], outputs=["d3"], cost=1),
+        ],
+        outputs=["d3"],
+    )
+    v = [Value(id="x", size=1, role="input")] + [Value(id=f"s{i}", size=3) for i in range(6)]
+    skip = Graph(
+        name="skip",
+        values=v,
+        nodes=[
+            Node(id="f0", inputs=["x"], outputs=["s0"], cost=4),
+            Node(id="f1", inputs=["s0"], outputs=["s1"], cost=1),
+            Node(id="f2", inputs=["s1"], outputs=["s2"], cost=1),
+            Node(id="f3", inputs=["s2", "s0"], outputs=["s3"], cost=2),
+            Node(id="f4", inputs=["s3", "s1"], outputs=["s4"], cost=1),
+            Node(id="f5", inputs=["s4", "s0"], outputs=["s5"], cost=1),
+        ],
+        outputs=["s5", "s2"],
+    )
+    return {"chain": chain, "diamond": diamond, "skip": skip}
+
+
+def budgets(g: Graph) -> list[int]:
+    hi = baseline(g).peak_memory
+    lo = peak_lower_bound(g)
+    return sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi})
+
+
+CASES: list[tuple[str, Graph]] = [*hand_made().items()] + [
+    (f"rand{s}", random_graph(random.Random(s).randint(3, 7), s)) for s in range(12)
+]
+
+
+def _cost(g: Graph, budget: int, solver: str, **params: object) -> tuple[float | None, object]:
+    sched, res = run_solver(
+        g, budget, solver, SolveOptions(time_limit=30, seed=0, workers=1, params=dict(params))
+    )
+    if sched is None or res.status not in ("optimal", "feasible"):
+        return None, res
+    assert sched.summary.peak_memory <= budget
+    return sched.summary.cost, res
+
+
+@pytest.mark.parametrize("name,g", CASES, ids=[c[0] for c in CASES])
+def test_milp_optimum_equals_brute_force(name: str, g: Graph) -> None:
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        got, res = _cost(g, budget, "checkmate")
+        if ref is None:
+            assert got is None and res.status == "infeasible", (name, budget, got)  # type: ignore[attr-defined]
+            continue
+        assert res.status == "optimal", (name, budget, res)  # type: ignore[attr-defined]
+        assert got == pytest.approx(ref, abs=1e-9), (name, budget)
+        assert res.objective == pytest.approx(ref, abs=1e-6)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name,g", CASES[:6], ids=[c[0] for c in CASES[:6]])
+def test_paper_hazard_form_and_other_engines_agree(name: str, g: Graph) -> None:
+    for budget in budgets(g)[:3]:
+        ref = brute_force_min_cost(g, budget)
+        for params in ({"free_form": "hazard"}, {"backend": "scip"}, {"backend": "cpsat"}):
+            got, _ = _cost(g, budget, "checkmate", **params)
+            assert (got is None) == (ref is None), (name, budget, params)
+            if ref is not None:
+                assert got == pytest.approx(ref, abs=1e-6), (name, budget, params)
+
+
+def test_multi_output_nodes_never_beat_brute_force() -> None:
+    # blocks are kept and freed together, so the MILP optimum is ≥ the value-level optimum
+    for seed in range(5):
+        g = random_graph(5, 100 + seed, multi=True)
+        for budget in budgets(g):
+            ref = brute_force_min_cost(g, budget)
+            got, _ = _cost(g, budget, "checkmate")
+            if got is not None:
+                assert ref is not None and got >= ref - 1e-9
+
+
+@pytest.mark.parametrize("name,g", CASES[:8], ids=[c[0] for c in CASES[:8]])
+def test_lp_bound_below_optimum_and_roundings_valid(name: str, g: Graph) -> None:
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        sched, res = run_solver(g, budget, "checkmate-lp", SolveOptions(time_limit=20, seed=3, workers=1))
+        if sched is not None:
+            simulate(g, sched.steps)  # valid (run_solver has simulated it too)
+            if res.status == "feasible":
+                assert ref is not None and sched.summary.cost >= ref - 1e-9
+        if ref is not None and res.lower_bound is not None:
+            assert res.lower_bound <= ref + 1e-6, (name, budget, res.lower_bound, ref)
+
+
+def test_baseline_is_a_feasible_warm_start_and_decodes_to_itself() -> None:
+    g = G.random_layered(16, seed=9)
+    budget = baseline(g).peak_memory
+    st = stages_of(g, budget)
+    cm = build_model(st)
+    x = hint_vector(cm, baseline_steps(g))
+    assert x is not None and cm.model.violation(x) <= 1e-9
+    S = S_from_steps(st, baseline_steps(g))
+    assert S is not None
+    S2, R = minimal_R(st, S)
+    assert R.sum() == st.T  # no recomputation
+    assert simulate(g, steps_from_S(st, S2)).peak_memory == budget
+
+
+def test_infeasible_budget_reports_lowest_peak() -> None:
+    g = hand_made()["diamond"]
+    budget = peak_lower_bound(g) - 1
+    sched, res = run_solver(g, budget, "checkmate", SolveOptions(time_limit=10, workers=1))
+    assert res.status == "infeasible"
+    assert res.best_peak is not None and res.best_peak > budget
+    if sched is not None:
+        assert sched.summary.peak_memory > budget
+
+
+def test_non_recomputable_node_runs_once() -> None:
+    for seed in range(30):
+        g = random_graph(6, 200 + seed)
+        if all(n.recomputable for n in g.nodes):
+            continue
+        lo, hi = peak_lower_bound(g), baseline(g).peak_memory
+        sched, _ = run_solver(g, (lo + hi) // 2, "checkmate", SolveOptions(time_limit=10, workers=1))
+        if sched is None:
+            continue
+        runs = [s.node for s in sched.steps if s.op == "compute"]
+        for n in g.nodes:
+            if not n.recomputable:
+                assert runs.count(n.id) <= 1
+
+
+def test_incumbents_and_progress_are_reported() -> None:
+    g = G.linear(5, seed=1)
+    budget = int(0.8 * baseline(g).peak_memory)
+    seen: list[int] = []
+    facts: list[dict[str, object]] = []
+    opts = SolveOptions(time_limit=20, workers=1)
+    opts.on_incumbent = lambda steps: seen.append(len(steps))
+    opts.on_progress = facts.append
+    sched, res = run_solver(g, budget, "checkmate", opts)
+    assert sched is not None and seen and res.status == "optimal"
+    assert res.backend and "ran" in (res.message or "")
+    assert sched.summary.cost > baseline(g).cost  # 80% needs recomputation
+    assert np.isfinite(sched.summary.cost)

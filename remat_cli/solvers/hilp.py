@@ -737,7 +737,7 @@ def unit_graph(ctx: Ctx, unit: Unit) -> Graph:
         nodes.append(ctx.nodes[n_id])
     if unit.layer:
         values[TOKEN] = Value(id=TOKEN, size=0)
-        nodes.append(Node(id=LOSS, inputs=loss_in, outputs=[*incoming, TOKEN], cost=0.0))
+        nodes.append(Node(id=LOSS, inputs=loss_in, outputs=[*incoming, TOKEN], cost=0.0, recomputable=False))
         for n_id in unit.bwd:
             n = ctx.nodes[n_id]
             nodes.append(n.model_copy(update={"inputs": [*n.inputs, TOKEN]}))
@@ -892,6 +892,8 @@ def _leaf_solver_options(
         if r.steps is None:
             continue
         seq = [s.node for s in r.steps if s.op == "compute" and s.node is not None]
+        if seq.count(LOSS) > 1:
+            continue  # the rest of the graph runs once
         if LOSS in seq:
             i = seq.index(LOSS)
             fwd, bwd = seq[:i], seq[i + 1 :]

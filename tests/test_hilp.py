@@ -161,3 +161,16 @@ def test_leaf_solvers_add_options() -> None:
     sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_backward_pairs_inferred_from_op_names() -> None:
+    """networkx data (Checkmate/Moccasin) carry phase but no grad_of: "X_backward" pairs with X."""
+    from remat_cli.solvers.hilp import grad_pairs
+
+    g = G.linear(3, seed=0)
+    nodes = []
+    for n in g.nodes:
+        op = f"{n.grad_of}_backward" if n.grad_of else n.id
+        nodes.append(n.model_copy(update={"grad_of": None, "op": op}))
+    g2 = Graph.model_validate(g.model_dump() | {"nodes": [n.model_dump() for n in nodes]})
+    assert grad_pairs(g2) == {f"grad_f{k}": f"f{k}" for k in range(3)}

@@ -77,9 +77,11 @@ class Ctx:
             for n in graph.nodes:
                 if n.id in self.needed and n.phase == "forward":
                     self.forward.add(n.id)
+            pairs = grad_pairs(graph)
             for n in graph.nodes:
-                if n.id in self.needed and n.grad_of in self.forward and n.phase != "forward":
-                    self.grads[n.grad_of].append(n.id)
+                f = pairs.get(n.id)
+                if n.id in self.needed and f in self.forward:
+                    self.grads[f].append(n.id)
 
     def size(self, v: str) -> int:
         return self.values[v].size
@@ -87,6 +89,25 @@ class Ctx:
     def crossing(self, v: str, owned: set[str] | frozenset[str]) -> bool:
         """Value v leaves the unit owning `owned`: a graph output or read outside it."""
         return v in self.outputs or any(c not in owned for c in self.consumers[v])
+
+
+def grad_pairs(graph: Graph) -> dict[str, str]:
+    """Backward node -> the forward node it differentiates: ``grad_of`` where the graph says it;
+    otherwise (Checkmate/Moccasin networkx data carry ``phase`` only) the forward node whose op
+    is the backward op without its ``_backward`` suffix, when that op is unique."""
+    out = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None and n.phase != "forward"}
+    if out:
+        return out
+    by_op: dict[str, list[str]] = defaultdict(list)
+    for n in graph.nodes:
+        if n.phase == "forward" and n.op:
+            by_op[n.op].append(n.id)
+    for n in graph.nodes:
+        if n.phase == "backward" and n.op and n.op.endswith("_backward"):
+            fw = by_op.get(n.op.removesuffix("_backward"), [])
+            if len(fw) == 1:
+                out[n.id] = fw[0]
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1006,9 +1027,8 @@ class _Solve:
     def training(self) -> bool:
         """Layers apply when backward nodes name their forward node and the quotient
         F → loss → B structure exists; else plain subgraphs."""
-        nodes = [n for n in self.g.nodes if n.id in self.g.needed_nodes]
-        fw = {n.id for n in nodes if n.phase == "forward"}
-        return bool(fw) and any(n.grad_of in fw for n in nodes)
+        fw = {n.id for n in self.g.nodes if n.id in self.g.needed_nodes and n.phase == "forward"}
+        return bool(fw) and any(f in fw for f in grad_pairs(self.g).values())
 
     def run(self) -> SolverResult:
         g = self.g

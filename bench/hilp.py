@@ -1,0 +1,145 @@
+"""Benchmark of the hilp solver (HiREmate H-ILP) on training graphs, at 70% and 50% of the
+baseline peak: solve time, overhead, peak. Writes bench/results/hilp.json.
+
+References (issue 6): HiREmate Table 3 (within ~1% of the Checkmate optimum) and Table 4 (GPT
+96 layers, 2894 nodes, in 15 min). Targets on 2 cores: <= 2% above the Checkmate optimum where
+that optimum is provable within 10 minutes; a 2000-node training graph at 50% in <= 10 minutes.
+
+The reference optimum is the flat H-ILP over single operators (one option each), i.e.
+RK-Checkmate on the graph's order; the registered ``checkmate`` solver is used instead when
+present. Usage:
+
+    python3 bench/hilp.py                 # everything
+    python3 bench/hilp.py --only transformer_l4,transformer_l83 --reference transformer_l4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from remat_cli import generators as G  # noqa: E402
+from remat_cli.graph import Graph  # noqa: E402
+from remat_cli.importers.nx import from_node_link  # noqa: E402
+from remat_cli.schedule import baseline  # noqa: E402
+from remat_cli.solve import run_solver  # noqa: E402
+from remat_cli.solvers import registry  # noqa: E402
+from remat_cli.solvers.base import SolveOptions  # noqa: E402
+
+MOCCASIN = Path("/work/shared/benchmarks/moccasin")
+
+
+def graphs() -> dict[str, tuple[Graph, float]]:
+    """name -> (graph, time limit in seconds)"""
+    out: dict[str, tuple[Graph, float]] = {
+        "transformer_l4": (G.transformer(layers=4, seed=0), 300),
+        "unet_d4_c4": (G.unet(depth=4, convs=4, seed=0), 300),
+        "transformer_l20": (G.transformer(layers=20, seed=0), 600),
+        "unet_d8_c8": (G.unet(depth=8, convs=8, seed=0), 300),
+        "transformer_l40": (G.transformer(layers=40, seed=0), 600),
+        "transformer_l83": (G.transformer(layers=83, seed=0), 600),
+        "transformer_l125": (G.transformer(layers=125, seed=0), 600),
+    }
+    cm2 = MOCCASIN / "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json"
+    if cm2.exists():
+        out["resnet50_train_cm2"] = (from_node_link(json.loads(cm2.read_text()), "resnet50_train"), 300)
+    return out
+
+
+def reference(g: Graph, budget: int, limit: float) -> dict[str, object]:
+    if "checkmate" in registry.names():
+        name, params = "checkmate", {}
+    else:
+        name, params = "hilp", {"max_top": 10**6, "max_subgraph": 2}  # flat: no partition
+    t0 = time.monotonic()
+    sched, res = run_solver(g, budget, name, SolveOptions(time_limit=limit, seed=0, params=params))
+    return {
+        "solver": name if name == "checkmate" else "flat H-ILP (RK-Checkmate)",
+        "seconds": round(time.monotonic() - t0, 2),
+        "status": res.status,
+        # the flat H-ILP is exact in memory (one operator per compute node): optimal = proven
+        "proved_optimal": res.status == "optimal"
+        or (name == "hilp" and sched is not None and "top H-ILP optimal on" in (res.message or "")),
+        "overhead": None if sched is None else sched.summary.overhead,
+        "peak_fraction": None if sched is None else sched.summary.peak_memory / baseline(g).peak_memory,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="comma-separated graph names")
+    ap.add_argument("--reference", default="", help="graphs to also solve flat for the optimum")
+    ap.add_argument("--fractions", default="0.7,0.5")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
+    args = ap.parse_args()
+    only = {s for s in args.only.split(",") if s}
+    refs = {s for s in args.reference.split(",") if s}
+    fractions = [float(f) for f in args.fractions.split(",")]
+    rows = []
+    for name, (g, limit) in graphs().items():
+        if only and name not in only:
+            continue
+        base = baseline(g)
+        for frac in fractions:
+            budget = int(frac * base.peak_memory)
+            t0 = time.monotonic()
+            sched, res = run_solver(
+                g, budget, "hilp", SolveOptions(time_limit=limit, seed=0, params={"jobs": args.jobs})
+            )
+            secs = time.monotonic() - t0
+            row: dict[str, object] = {
+                "graph": name,
+                "nodes": len(g.nodes),
+                "fraction": frac,
+                "budget": budget,
+                "time_limit": limit,
+                "seconds": round(secs, 2),
+                "status": res.status,
+                "overhead": None if sched is None else round(sched.summary.overhead, 5),
+                "peak_fraction": None
+                if sched is None
+                else round(sched.summary.peak_memory / base.peak_memory, 5),
+                "message": res.message,
+            }
+            if name in refs:
+                ref = reference(g, budget, 600)
+                row["reference"] = ref
+                if sched is not None and ref["overhead"] is not None:
+                    row["above_reference"] = round(
+                        (1 + sched.summary.overhead) / (1 + ref["overhead"]) - 1, 5
+                    )
+            rows.append(row)
+            print(
+                f"{name:22s} {len(g.nodes):5d} {frac:4.0%} {secs:8.1f}s {res.status:10s} "
+                f"overhead {row['overhead']}  peak {row['peak_fraction']}"
+                + (f"  ref {row['reference']}" if "reference" in row else ""),
+                flush=True,
+            )
+    command = "python3 " + " ".join(sys.argv)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores" + (
+        " (shared with other jobs: timings are loaded)" if args.loaded else ""
+    )
+    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    for row in rows:
+        row.update(command=command, machine=machine, date=date)
+    path = ROOT / "bench" / "results" / "hilp.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # runs accumulate: a later run of the same graph and fraction replaces the earlier row
+    old = json.loads(path.read_text())["rows"] if path.exists() else []
+    fresh = {(r["graph"], r["fraction"]) for r in rows}
+    merged = [r for r in old if (r["graph"], r["fraction"]) not in fresh] + rows
+    path.write_text(json.dumps({"solver": "hilp", "rows": merged}, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

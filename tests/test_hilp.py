@@ -1,0 +1,176 @@
+"""H-Partition invariants (HiREmate App. A) and H-ILP checks (App. B) for the hilp solver."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remat_cli import generators as G
+from remat_cli.graph import Graph
+from remat_cli.milp import EngineSettings
+from remat_cli.milp import solve as milp_solve
+from remat_cli.schedule import baseline, simulate, steps_from_sequence
+from remat_cli.solve import run_solver
+from remat_cli.solvers.base import SolveOptions
+from remat_cli.solvers.hilp import Ctx, atomic, build_instance, decode, flatten, hilp_model, measure
+from remat_cli.solvers.hpartition import LevelGraph, h_partition, is_acyclic_quotient, is_convex, quotient
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> LevelGraph:
+    n = draw(st.integers(2, 40))
+    preds: list[list[int]] = []
+    for i in range(n):
+        k = draw(st.integers(0, min(i, 3)))
+        ps = sorted(set(draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k)))) if i else []
+        preds.append(ps)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    sizes = draw(st.lists(st.integers(0, 1000), min_size=n, max_size=n))
+    values = [(sizes[i], i, tuple(succs[i]), not succs[i]) for i in range(n)]
+    return LevelGraph(preds, values, [1] * n)
+
+
+def _check_partition(g: LevelGraph, levels: list[list[list[int]]], max_sub: int) -> None:
+    cur = g
+    for groups in levels:
+        flat = sorted(i for grp in groups for i in grp)
+        assert flat == list(range(cur.n)), "every node in exactly one subgraph"
+        succs = cur.succs()
+        for grp in groups:
+            assert len(grp) <= max_sub
+            assert is_convex(succs, set(grp)), f"subgraph {grp} is not convex"
+        assert is_acyclic_quotient(cur, groups), "quotient graph has a cycle"
+        cur = quotient(cur, groups)
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.integers(2, 8), st.integers(1, 10), st.sampled_from([0.0, 0.5, 1.0]))
+def test_partition_invariants(g: LevelGraph, max_sub: int, max_top: int, alpha: float) -> None:
+    levels = h_partition(g, max_sub, max_top, alpha)
+    _check_partition(g, levels, max_sub)
+    # the hierarchy shrinks the graph at every level
+    sizes = [g.n] + [len(lv) for lv in levels]
+    assert all(a > b for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+def test_partition_reaches_top_size_on_a_transformer() -> None:
+    g = G.transformer(layers=12, seed=0)
+    fw = [n.id for n in g.nodes if n.phase == "forward"]
+    idx = {n: i for i, n in enumerate(fw)}
+    preds = [
+        sorted({idx[g.producer[v]] for v in g.node_map[n].inputs if g.producer.get(v) in idx}) for n in fw
+    ]
+    succs: list[list[int]] = [[] for _ in fw]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    lg = LevelGraph(preds, [(1, i, tuple(succs[i]), False) for i in range(len(fw))], [1] * len(fw))
+    levels = h_partition(lg, 8, 12)
+    _check_partition(lg, levels, 8)
+    assert len(levels) >= 2 and len(levels[-1]) <= 12
+
+
+def test_cyclic_merge_is_refused() -> None:
+    # a1 -> b1 and b2 -> a2: {a1, a2} and {b1, b2} are each convex, together they'd form a cycle
+    succs = [[1], [], [3], []]
+    assert is_convex(succs, {0, 3}) and is_convex(succs, {1, 2})
+    lg = LevelGraph([[], [0], [], [2]], [], [1, 1, 1, 1])
+    assert is_acyclic_quotient(lg, [[0, 1], [2, 3]])
+    lg2 = LevelGraph([[], [0], [1], [2]], [], [1, 1, 1, 1])  # chain 0->1->2->3
+    assert not is_acyclic_quotient(lg2, [[0, 2], [1, 3]])
+
+
+def _direct_optimum(g: Graph, budget: int) -> float | None:
+    """The H-ILP over atomic units (one option each) is RK-Checkmate on the fixed order."""
+    ctx = Ctx(g, False)
+    inst = build_instance(ctx, [atomic(ctx, n) for n in g.topo_order if n in ctx.needed], False)
+    model, R = hilp_model(inst, budget - g.resident_bytes)
+    res = milp_solve(model, EngineSettings(backend="highs", time_limit=60))
+    if res.status != "optimal" or res.x is None:
+        return None
+    fwd, _ = flatten(inst, decode(inst, res.x, R))
+    sim = simulate(g, steps_from_sequence(g, fwd))
+    assert sim.peak_memory <= budget  # with one op per unit the ILP's memory is exact
+    return sim.cost
+
+
+@pytest.mark.parametrize("fraction", [0.9, 0.7])
+def test_hierarchical_not_below_flat_optimum(fraction: float) -> None:
+    g = G.linear(6, seed=3)
+    budget = int(fraction * baseline(g).peak_memory)
+    opt = _direct_optimum(g, budget)
+    assert opt is not None
+    sched, _ = run_solver(
+        g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_subgraph": 3, "max_top": 3})
+    )
+    assert sched is not None and sched.summary.peak_memory <= budget
+    assert sched.summary.cost >= opt - 1e-6
+
+
+def test_layer_option_metrics() -> None:
+    g = G.linear(4, seed=0, size=1000)
+    ctx = Ctx(g, True)
+    fwd = ("f1", "f2")
+    bwd = ("grad_f2", "grad_f1")
+    owned = frozenset(fwd + bwd)
+    keep = measure(ctx, owned, fwd, bwd)
+    recompute = measure(ctx, owned, fwd, fwd + bwd)
+    assert keep.phantom == 1000  # a1 is kept for grad_f2/grad_f1; a2 is an output (read by f3)
+    assert recompute.phantom == 0 and recompute.time > keep.time
+    assert "a2" in keep.deps_b and "d3" in keep.deps_b  # option-specific dependencies
+
+
+@pytest.mark.parametrize("kind", ["training", "inference", "nx"])
+def test_solves_graph_kinds(kind: str) -> None:
+    if kind == "training":
+        g = G.unet(depth=3, convs=2, seed=1)
+    elif kind == "inference":
+        g = G.random_layered(60, seed=5)
+    else:
+        g = G.linear(8, seed=2)
+        g = g.model_copy(update={"nodes": [n.model_copy(update={"grad_of": None}) for n in g.nodes]})
+        g = Graph.model_validate(g.model_dump())
+    base = baseline(g)
+    # subgraphs of an inference graph keep all their outputs together: a mild budget there
+    budget = int((0.97 if kind == "inference" else 0.85) * base.peak_memory)
+    opts = SolveOptions(time_limit=20, seed=0, workers=1, params={"max_subgraph": 4, "max_top": 6})
+    sched, res = run_solver(g, budget, "hilp", opts)
+    assert sched is not None, res.message
+    assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_parallel_jobs_match_serial() -> None:
+    g = G.transformer(layers=2, seed=1)
+    budget = int(0.7 * baseline(g).peak_memory)
+    p = {"max_subgraph": 6, "max_top": 8}
+    a, _ = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=p | {"jobs": 1}))
+    b, _ = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=p | {"jobs": 2}))
+    assert a is not None and b is not None and a.steps == b.steps
+
+
+def test_leaf_solvers_add_options() -> None:
+    """The framework of solvers (§3.2.1): another registered solver's schedules of a leaf
+    subgraph become options of it; the result stays valid."""
+    g = G.transformer(layers=1, seed=2)
+    budget = int(0.8 * baseline(g).peak_memory)
+    params = {"max_subgraph": 5, "max_top": 4, "leaf_solvers": "checkpoint-all"}
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
+    assert sched is not None, res.message
+    assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_backward_pairs_inferred_from_op_names() -> None:
+    """networkx data (Checkmate/Moccasin) carry phase but no grad_of: "X_backward" pairs with X."""
+    from remat_cli.solvers.hilp import grad_pairs
+
+    g = G.linear(3, seed=0)
+    nodes = []
+    for n in g.nodes:
+        op = f"{n.grad_of}_backward" if n.grad_of else n.id
+        nodes.append(n.model_copy(update={"grad_of": None, "op": op}))
+    g2 = Graph.model_validate(g.model_dump() | {"nodes": [n.model_dump() for n in nodes]})
+    assert grad_pairs(g2) == {f"grad_f{k}": f"f{k}" for k in range(3)}

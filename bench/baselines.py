@@ -19,22 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import MOCCASIN as DATA  # noqa: E402
+from common import SHORT, graph_files  # noqa: E402
+
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
 
-DATA = ROOT.parent.parent / "shared" / "benchmarks" / "moccasin"
-if not DATA.exists():
-    DATA = Path("/work/shared/benchmarks/moccasin")
-GRAPHS = {
-    "rl100": "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
-    "rl250": "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
-    "rl500": "random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json",
-    "rl1000": "random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json",
-    "cm1": "fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json",
-    "cm2": "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json",
-}
+GRAPHS = graph_files(SHORT)
 FRACTIONS = (0.9, 0.8, 0.7)
 SOLVERS = ("greedy", "chen-sqrtn", "chen-greedy")
 # Moccasin paper Table 3 (TDI %, its best solver) at 90% / 80%, for reference

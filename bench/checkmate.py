@@ -22,19 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import MOCCASIN as BENCH  # noqa: E402
+from common import SHORT, graph_files  # noqa: E402
+
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
 
-BENCH = Path(os.environ.get("REMAT_BENCH_DIR", ROOT.parent.parent / "shared" / "benchmarks" / "moccasin"))
-if not BENCH.exists():
-    BENCH = Path("/work/shared/benchmarks/moccasin")
-GRAPHS = {
-    "cm1": "fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json",
-    "rl100": "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
-    "rl250": "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
-}
+GRAPHS = graph_files({k: SHORT[k] for k in ("cm1", "rl100", "rl250")})
 # (graph, fraction) -> (overhead %, seconds) for Checkmate MILP with Gurobi, Moccasin Table 3
 PUBLISHED = {
     ("cm1", 0.9): (0.0, 6.3),

@@ -32,6 +32,22 @@ GRAPHS = {
 }
 
 
+#: the short keys the bench scripts use on the command line
+SHORT = {
+    "rl100": "RL n100",
+    "rl250": "RL n250",
+    "rl500": "RL n500",
+    "rl1000": "RL n1000",
+    "cm1": "CM1",
+    "cm2": "CM2",
+}
+
+
+def graph_files(keys: dict[str, str] | None = None) -> dict[str, str]:
+    """File names by the caller's keys (default: the paper labels)."""
+    return {k: GRAPHS[label] for k, label in (keys or {v: v for v in GRAPHS}).items()}
+
+
 def moccasin_graph(label: str) -> Graph:
     """A published benchmark graph by its label in the papers' tables (RL n100, CM1, ...)."""
     return load_graph(MOCCASIN / GRAPHS[label])

@@ -28,6 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import GRAPHS, RESULTS  # noqa: E402
+from common import MOCCASIN as GRAPH_DIR  # noqa: E402
+
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
@@ -36,21 +39,6 @@ from remat_cli.solvers import fastsa as F  # noqa: E402
 from remat_cli.solvers import fastsa_kernel as K  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
 
-GRAPH_DIR = Path(
-    os.environ.get("REMAT_BENCH_GRAPHS", Path(__file__).resolve().parents[2] / "shared/benchmarks/moccasin")
-)
-if not GRAPH_DIR.exists():
-    GRAPH_DIR = Path("/work/shared/benchmarks/moccasin")
-RESULTS = Path(__file__).resolve().parent / "results"
-
-GRAPHS = {
-    "RL n100": "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
-    "RL n250": "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
-    "RL n500": "random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json",
-    "RL n1000": "random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json",
-    "CM1": "fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json",
-    "CM2": "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json",
-}
 #: FastSA columns of Table 1: budget % -> (cost increase %, memory % of baseline, seconds);
 #: the RL n500 70% memory is in parentheses in the paper (budget missed)
 PUBLISHED: dict[str, dict[int, tuple[float, float, float]]] = {

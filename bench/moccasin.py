@@ -25,23 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import MOCCASIN as DATA  # noqa: E402
+from common import SHORT, graph_files  # noqa: E402
+
 from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
 
-DATA = ROOT.parent.parent / "shared" / "benchmarks" / "moccasin"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/benchmarks/moccasin")
-
-GRAPHS = {
-    "n100": "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
-    "n250": "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
-    "n500": "random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json",
-    "n1000": "random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json",
-    "cm1": "fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json",
-    "cm2": "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json",
-}
+# this script's keys are the Moccasin table's: n100 ... n1000, cm1, cm2
+GRAPHS = graph_files({k.replace("rl", "n"): label for k, label in SHORT.items()})
 LABELS = {"n100": "RL G1", "n250": "RL G2", "n500": "RL G3", "n1000": "RL G4", "cm1": "CM 1", "cm2": "CM 2"}
 
 #: Table 3, MOCCASIN column: (graph, fraction) -> (TDI %, peak memory as printed, time to best s)

@@ -22,8 +22,9 @@ examples:
 	remat generate transformer --layers 4 -o graphs/transformer_train.json
 
 demo:
-	remat solve graphs/unet_train.json --budget 70% --solver greedy -o schedule.json
-	remat validate graphs/unet_train.json schedule.json
+	remat solve graphs/torch_unet_train.onnx --budget 70% --solver fastsa --time-limit 30 -o schedule.json
+	remat validate graphs/torch_unet_train.onnx schedule.json
+	remat run graphs/torch_unet_train.onnx schedule.json
 
 bench:
 	$(PYTHON) bench/run_all.py

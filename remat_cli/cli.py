@@ -32,7 +32,8 @@ from remat_cli.solve import SolverBug, run_solver
 from remat_cli.solvers import registry
 from remat_cli.solvers.base import Param, SolveOptions, Solver
 
-err = Console(stderr=True, highlight=False)
+# Logs and pipelines get wide tables; a terminal keeps its own width.
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3

@@ -33,7 +33,7 @@ API
     ``elapsed``, ``objective``, ``bound``, ``gap`` (HiGHS: parsed from its log lines),
     ``lp_algorithm`` (relax only: ``primal``, ``dual``, ``barrier``, ``first_order``),
     ``engine_options`` (per backend: ``{"highs": {"mip_heuristic_effort": 0.3}}`` — HiGHS option
-    names, CP-SAT SatParameters fields, Gurobi parameter names), ``on_log`` (engine log lines).
+    names, SCIP parameter paths, CP-SAT SatParameters fields, Gurobi parameter names), ``on_log`` (engine log lines).
 
 ``solve(model, settings) -> MilpResult``
     ``status``: ``optimal`` (proved within ``rel_gap``), ``feasible`` (a solution, limit hit),
@@ -435,6 +435,18 @@ def _solve_mathopt(
                 else params.highs.double_options
                 if isinstance(val, float)
                 else params.highs.string_options
+            )
+            group[key] = val
+        elif backend == "scip":
+            # SCIP parameter names ("presolving/probing/maxrounds"), by value type
+            group = (
+                params.gscip.bool_params
+                if isinstance(val, bool)
+                else params.gscip.int_params
+                if isinstance(val, int)
+                else params.gscip.real_params
+                if isinstance(val, float)
+                else params.gscip.string_params
             )
             group[key] = val
         elif backend == "cpsat":

@@ -54,7 +54,10 @@ from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 
 PAPER = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, Moccasin §1.1, HiREmate B.3)"
 #: measured in bench/results/checkmate_backends.json: HiGHS proves the CM1 / RL n100 optima fastest
-AUTO_ORDER = ("gurobi", "highs", "scip", "cpsat")
+AUTO_ORDER = ("gurobi", "scip", "highs", "cpsat")
+#: SCIP's probing presolve takes ~⅔ of its presolve time on these models (RL n100: 12 of 16.5 s)
+#: and finds almost nothing ("50/50 successive totally useless probings"): off before the root.
+ENGINE_OPTIONS: dict[str, dict[str, Any]] = {"scip": {"propagating/probing/maxprerounds": 0}}
 
 
 @dataclass
@@ -175,6 +178,18 @@ class CheckmateModel:
                 x[self.U[_tri(tt, k)]] = u / self.unit
                 u -= freed[tt, k]
         return x
+
+
+CUTS = ("free_once", "stage_end", "instant")
+
+
+def parse_cuts(text: str) -> tuple[str, ...]:
+    """The --cuts option: a comma list of CUTS, or "none"."""
+    names = tuple(c.strip() for c in text.split(",") if c.strip() and c.strip() != "none")
+    bad = [c for c in names if c not in CUTS]
+    if bad:
+        raise ValueError(f"unknown cuts {bad} (known: {', '.join(CUTS)}, none)")
+    return names
 
 
 def build_model(
@@ -771,6 +786,12 @@ class Checkmate(Solver):
         ),
         Param("lp_warm_start", bool, True, "when no schedule fits, warm-start from Checkmate's LP rounding"),
         Param(
+            "cuts",
+            str,
+            "free_once,stage_end",
+            "valid inequalities (comma list of free_once, stage_end, instant; or none): see build_model",
+        ),
+        Param(
             "moccasin_share",
             float,
             0.2,
@@ -800,7 +821,9 @@ class Checkmate(Solver):
             "rel_gap": float(p["rel_gap"]),
             "free_form": str(p["free_form"]),
             "moccasin_share": float(p["moccasin_share"]),
+            "cuts": str(p["cuts"]),
         }
+        cuts = parse_cuts(str(p["cuts"]))
         warm = warm_start_steps(graph, budget, options, float(p["moccasin_share"]))
         fallback_peak = min(simulate(graph, s).peak_memory for _, s in warm)
         if st.capacity < 0 or st.T == 0:
@@ -813,7 +836,7 @@ class Checkmate(Solver):
                 message="budget is below the resident inputs and parameters",
                 best_peak=fallback_peak,
             )
-        cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+        cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]), cuts=cuts)
         hint, hint_src = self._warm_start(graph, budget, options, cm, warm, bool(p["lp_warm_start"]))
         if options.time_limit is not None and (options.remaining() or 0.0) < 1.0:
             # no time left for the engine: hand back the warm start (HiGHS overruns tiny limits)
@@ -837,7 +860,7 @@ class Checkmate(Solver):
             st.capacity -= -(-over // st.scale)
             if st.capacity < 0 or (options.remaining() is not None and options.remaining() <= 0):
                 break
-            cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]))
+            cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]), cuts=cuts)
             res = run_checkmate(cm, options, backend, params, None, "", fallback_peak)
             res.message = (
                 res.message or ""
@@ -931,7 +954,9 @@ def run_checkmate(
     es = engine_settings(options, backend)
     es.rel_gap = float(params.get("rel_gap", 1e-4))
     es.hint = hint
-    es.engine_options = dict(params.get("engine_options", {}))
+    es.engine_options = {b: dict(o) for b, o in ENGINE_OPTIONS.items()}
+    for b, o in dict(params.get("engine_options", {})).items():
+        es.engine_options.setdefault(b, {}).update(o)
     es.on_solution = on_solution
     es.on_progress = on_progress
     try:

@@ -132,6 +132,33 @@ def test_paper_hazard_form_and_other_engines_agree(name: str, g: Graph) -> None:
                 assert got == pytest.approx(ref, abs=1e-6), (name, budget, params)
 
 
+@pytest.mark.parametrize("name,g", CASES[::3], ids=[c[0] for c in CASES[::3]])
+def test_valid_inequalities_keep_the_optimum_without_a_good_warm_start(name: str, g: Graph) -> None:
+    # the default run starts from Moccasin's (often optimal) schedule; here the engine must find
+    # the optimum itself, with every valid inequality in (V1, V2 at all instants) and with none
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        for cuts in ("free_once,instant", "none"):
+            got, res = _cost(g, budget, "checkmate", cuts=cuts, moccasin_share=0.0, lp_warm_start=False)
+            assert (got is None) == (ref is None), (name, budget, cuts)
+            if ref is not None:
+                assert res.status == "optimal", (name, budget, cuts, res)  # type: ignore[attr-defined]
+                assert got == pytest.approx(ref, abs=1e-9), (name, budget, cuts)
+
+
+def test_moccasin_schedules_lie_in_the_checkmate_stage_space() -> None:
+    g = G.random_layered(24, seed=4)
+    base = baseline(g)
+    for frac in (0.9, 0.75):
+        budget = int(frac * base.peak_memory)
+        sched, _ = run_solver(g, budget, "moccasin", SolveOptions(time_limit=10, seed=0, workers=1))
+        assert sched is not None
+        cm = build_model(stages_of(g, budget))
+        x = hint_vector(cm, sched.steps)
+        assert x is not None  # fits every row, the valid inequalities included
+        assert cm.real_cost(cm.model.objective(x)) == pytest.approx(sched.summary.cost, rel=1e-9)
+
+
 def test_multi_output_nodes_never_beat_brute_force() -> None:
     # blocks are kept and freed together, so the MILP optimum is ≥ the value-level optimum
     for seed in range(5):

@@ -183,6 +183,18 @@ def test_lp_bound_below_optimum_and_roundings_valid(name: str, g: Graph) -> None
             assert res.lower_bound <= ref + 1e-6, (name, budget, res.lower_bound, ref)
 
 
+@pytest.mark.parametrize("name,g", CASES[:12:3], ids=[c[0] for c in CASES[:12:3]])
+def test_live_relaxation_is_a_lower_bound(name: str, g: Graph) -> None:
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        opts = SolveOptions(time_limit=20, seed=3, workers=1, params={"lp_model": "live"})
+        sched, res = run_solver(g, budget, "checkmate-lp", opts)
+        if ref is not None and res.lower_bound is not None:
+            assert res.lower_bound <= ref + 1e-6, (name, budget, res.lower_bound, ref)
+        if sched is not None and res.status == "feasible":
+            assert ref is not None and sched.summary.cost >= ref - 1e-9
+
+
 def test_baseline_is_a_feasible_warm_start_and_decodes_to_itself() -> None:
     g = G.random_layered(16, seed=9)
     budget = baseline(g).peak_memory

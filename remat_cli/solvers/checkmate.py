@@ -215,6 +215,7 @@ def build_model(
     free_form: str = "product",
     tighten: bool = True,
     cuts: tuple[str, ...] = ("free_once", "stage_end"),
+    memory: str = "recurrence",
 ) -> CheckmateModel:
     """The Checkmate MILP of the module docstring, built in bulk (see remat_cli.milp.engine).
 
@@ -252,13 +253,14 @@ def build_model(
     s_lb = np.where(s_fix, st.keep[is_], 0).astype(float)
     s_ub = np.where(s_fix, st.keep[is_], 1).astype(float)
     S = m.add_vars(len(ts), lb=s_lb, ub=s_ub, integer=True)
+    live_only = memory == "live"
     # ---- U
-    U = m.add_vars(ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
+    U = m.add_vars(0 if live_only else ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
     # ---- FREE: (t, i, k) for k ≤ t, i ∈ DEPS[k] ∪ {k}
     ft: list[np.ndarray] = []
     fi: list[np.ndarray] = []
     fk: list[np.ndarray] = []
-    for k in range(T):
+    for k in range(0 if live_only else T):
         ts_k = np.arange(k, T)
         for i in (*st.preds[k], k):
             ft.append(ts_k)
@@ -303,107 +305,111 @@ def build_model(
             np.concatenate(er), np.concatenate(ec), np.concatenate(ev), -np.inf, 0.0, count=nrow
         )
 
-    # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
-    #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
-    #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
-    nF = len(free_t)
-    hr, hc, hv = (
-        [np.arange(nF)] * 3,
-        [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
-        [
-            np.ones(nF),
-            -np.ones(nF),
-            np.ones(nF),
-        ],
-    )
-    hr, hc, hv = list(hr), list(hc), list(hv)
-    users_cnt = np.zeros(nF, dtype=np.int64)
-    # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
-    by_i: dict[int, np.ndarray] = {}
-    order = np.argsort(free_i, kind="stable")
-    bounds = np.searchsorted(free_i[order], np.arange(T + 1))
-    for i in range(T):
-        by_i[i] = order[bounds[i] : bounds[i + 1]]
-    for i in range(T):
-        rows_i = by_i[i]
-        if not len(rows_i):
-            continue
-        for j in st.succs[i]:
-            sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
-            if len(sel_j):
-                hr.append(sel_j)
-                hc.append(R[_tri(free_t[sel_j], j)])
-                hv.append(np.ones(len(sel_j)))
-                users_cnt[sel_j] += 1
-    kappa = 2.0 + users_cnt
-    hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
-    if free_form == "hazard":
-        m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
-        hv_b = hv_a.copy()
-        hv_b[:nF] = kappa  # the first block is the FREE column itself
-        m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
-    else:
-        # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
-        # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
-        # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
-        nterm = len(hr_a)
-        pr = np.arange(nterm - nF)  # one row per non-FREE term
-        src = hr_a[nF:]
-        m.add_constraints(
-            np.concatenate([pr, pr]),
-            np.concatenate([FREE[src], hc_a[nF:]]),
-            np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
-            -np.inf,
-            np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
+    if not live_only:
+        # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
+        #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
+        #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
+        nF = len(free_t)
+        hr, hc, hv = (
+            [np.arange(nF)] * 3,
+            [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
+            [
+                np.ones(nF),
+                -np.ones(nF),
+                np.ones(nF),
+            ],
         )
+        hr, hc, hv = list(hr), list(hc), list(hv)
+        users_cnt = np.zeros(nF, dtype=np.int64)
+        # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
+        by_i: dict[int, np.ndarray] = {}
+        order = np.argsort(free_i, kind="stable")
+        bounds = np.searchsorted(free_i[order], np.arange(T + 1))
+        for i in range(T):
+            by_i[i] = order[bounds[i] : bounds[i + 1]]
+        for i in range(T):
+            rows_i = by_i[i]
+            if not len(rows_i):
+                continue
+            for j in st.succs[i]:
+                sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
+                if len(sel_j):
+                    hr.append(sel_j)
+                    hc.append(R[_tri(free_t[sel_j], j)])
+                    hv.append(np.ones(len(sel_j)))
+                    users_cnt[sel_j] += 1
+        kappa = 2.0 + users_cnt
+        hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
+        if free_form == "hazard":
+            m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
+            hv_b = hv_a.copy()
+            hv_b[:nF] = kappa  # the first block is the FREE column itself
+            m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
+        else:
+            # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
+            # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
+            # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
+            nterm = len(hr_a)
+            pr = np.arange(nterm - nF)  # one row per non-FREE term
+            src = hr_a[nF:]
+            m.add_constraints(
+                np.concatenate([pr, pr]),
+                np.concatenate([FREE[src], hc_a[nF:]]),
+                np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
+                -np.inf,
+                np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
+            )
 
     if tighten:
         _add_dominance(m, st, R, S)
-    if "free_once" in cuts:
+    if "free_once" in cuts and not live_only:
         _add_free_once(m, st, R, S, FREE, free_t, free_i)
-    if "stage_end" in cuts or "instant" in cuts:
+    if live_only:
+        _add_live_memory_chained(m, st, R, S, mem, wsp, cap)
+    elif "stage_end" in cuts or "instant" in cuts:
         _add_live_memory(m, st, R, S, mem, wsp, cap, all_instants="instant" in cuts)
 
-    # eqs. (13)–(15): memory recurrence, one equality per (t, k)
-    ur, uc, uv = [], [], []
-    t_, k_ = np.tril_indices(T)
-    n = len(t_)
-    rows = np.arange(n)
-    ur += [rows, rows]
-    uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
-    uv += [np.ones(n), -mem[k_].astype(float)]
-    first = k_ == 0
-    later = ~first
-    # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
-    ur.append(rows[later])
-    uc.append(U[_tri(t_[later], k_[later] - 1)])
-    uv.append(-np.ones(int(later.sum())))
-    row_of = {}  # (t, k) → row
-    row_id = _tri(t_, k_)  # rows are numbered like the triangle
-    assert np.array_equal(row_id, rows)
-    del row_of
-    nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
-    ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
-    uc.append(FREE[nxt])
-    uv.append(mem[free_i[nxt]].astype(float))
-    # k = 0: − Σ_{i<t} M_i S[t,i]
-    tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
-    ur.append(_tri(tS, 0))
-    uc.append(S[_stri(tS, iS)])
-    uv.append(-mem[iS].astype(float))
-    m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
+    if not live_only:
+        # eqs. (13)–(15): memory recurrence, one equality per (t, k)
+        ur, uc, uv = [], [], []
+        t_, k_ = np.tril_indices(T)
+        n = len(t_)
+        rows = np.arange(n)
+        ur += [rows, rows]
+        uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
+        uv += [np.ones(n), -mem[k_].astype(float)]
+        first = k_ == 0
+        later = ~first
+        # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
+        ur.append(rows[later])
+        uc.append(U[_tri(t_[later], k_[later] - 1)])
+        uv.append(-np.ones(int(later.sum())))
+        row_of = {}  # (t, k) → row
+        row_id = _tri(t_, k_)  # rows are numbered like the triangle
+        assert np.array_equal(row_id, rows)
+        del row_of
+        nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
+        ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
+        uc.append(FREE[nxt])
+        uv.append(mem[free_i[nxt]].astype(float))
+        # k = 0: − Σ_{i<t} M_i S[t,i]
+        tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
+        ur.append(_tri(tS, 0))
+        uc.append(S[_stri(tS, iS)])
+        uv.append(-mem[iS].astype(float))
+        m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
 
-    # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
-    wk = wsp[k_] > 0
-    if wk.any():
-        r = np.arange(int(wk.sum()))
-        m.add_constraints(
-            np.concatenate([r, r]),
-            np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
-            np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
-            -np.inf,
-            cap,
-        )
+        # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
+        wk = wsp[k_] > 0
+        if wk.any():
+            r = np.arange(int(wk.sum()))
+            m.add_constraints(
+                np.concatenate([r, r]),
+                np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
+                np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
+                -np.inf,
+                cap,
+            )
     return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
 
 
@@ -483,6 +489,70 @@ def _add_live_memory(
             rub.append(cap - const)
             row += 1
     m.add_constraints(np.concatenate(rr), np.concatenate(rc), np.concatenate(rv), -np.inf, np.array(rub))
+
+
+def _add_live_memory_chained(
+    m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray, mem: np.ndarray, wsp: np.ndarray, cap: float
+) -> None:
+    """V2 at every instant (t, k) in O(T²) nonzeros, for the ``memory="live"`` relaxation.
+
+    The two sums of V2 are carried by continuous prefix / suffix variables,
+      A[t,k] ≥ A[t,k−1] + [k−1 ∉ P(t)] M_{k−1} S[t+1,k−1]      (A[t,k] ≥ Σ_{i<k, i∉P(t)} M_i S[t+1,i])
+      B[t,k] ≥ B[t,k+1] + M_{k+1} S[t,k+1]  for k+1 < t         (B[t,k] ≥ Σ_{k<i<t} M_i S[t,i])
+      A[t,k] + B[t,k] + (M_k + ws_k) R[t,k] + M_k S[t,k] ≤ capacity − Σ_{i<k, i∈P(t)} M_i,
+    which states the same rows as :func:`_add_live_memory` with ``all_instants`` (A, B only
+    bound the sums from above), with at most four nonzeros per row instead of O(T).
+    """
+    T = st.T
+    ntri = T * (T + 1) // 2
+    A = m.add_vars(ntri, lb=0.0, ub=np.inf, integer=False)
+    B = m.add_vars(ntri, lb=0.0, ub=np.inf, integer=False)
+    in_p = np.zeros((T, T), dtype=bool)
+    for t in range(T):
+        in_p[t, st.preds[t]] = True
+    memf = mem.astype(float)
+    t_, k_ = np.tril_indices(T)  # k ≤ t
+    # A chain: k ≥ 1
+    sel = k_ >= 1
+    ta, ka = t_[sel], k_[sel]
+    n = len(ta)
+    r = np.arange(n)
+    coef = np.where(in_p[ta, ka - 1], 0.0, memf[ka - 1])
+    m.add_constraints(
+        np.concatenate([r, r, r]),
+        np.concatenate([A[_tri(ta, ka)], A[_tri(ta, ka - 1)], S[_stri(ta + 1, ka - 1)]]),
+        np.concatenate([np.ones(n), -np.ones(n), -coef]),
+        0.0,
+        np.inf,
+        count=n,
+    )
+    # B chain: k + 1 < t
+    sel = k_ + 1 < t_
+    tb, kb = t_[sel], k_[sel]
+    n = len(tb)
+    r = np.arange(n)
+    m.add_constraints(
+        np.concatenate([r, r, r]),
+        np.concatenate([B[_tri(tb, kb)], B[_tri(tb, kb + 1)], S[_stri(tb, kb + 1)]]),
+        np.concatenate([np.ones(n), -np.ones(n), -memf[kb + 1]]),
+        0.0,
+        np.inf,
+        count=n,
+    )
+    # the memory rows
+    const = np.cumsum(np.where(in_p, memf[None, :], 0.0), axis=1)  # const[t, k] = Σ_{i≤k, i∈P(t)}
+    c_tk = np.where(k_ >= 1, const[t_, np.maximum(k_ - 1, 0)], 0.0)
+    n = len(t_)
+    r = np.arange(n)
+    has_s = k_ < t_
+    m.add_constraints(
+        np.concatenate([r, r, r, r[has_s]]),
+        np.concatenate([A[_tri(t_, k_)], B[_tri(t_, k_)], R[_tri(t_, k_)], S[_stri(t_[has_s], k_[has_s])]]),
+        np.concatenate([np.ones(n), np.ones(n), memf[k_] + wsp[k_], memf[k_[has_s]]]),
+        -np.inf,
+        cap - c_tk,
+        count=n,
+    )
 
 
 def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> None:

@@ -155,7 +155,9 @@ class CheckmateModel:
         """Total compute cost of a model objective value (first runs added back)."""
         if objective is None:
             return None
-        return objective / self.cost_scale + float(self.stages.cost.sum())
+        # costs are ≥ 0, so the recomputation cost is too: a negative engine bound (before its
+        # root LP) says nothing more than "no recomputation"
+        return max(objective, 0.0) / self.cost_scale + float(self.stages.cost.sum())
 
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -370,6 +370,56 @@ def _map_sequence(m: _Model, seq: list[int]) -> list[list[Interval]] | None:
     return _intervals_of_sequence(m, new_seq, events)
 
 
+def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
+    """Fit a compute sequence from elsewhere (``--hint``, `greedy`) into the search space.
+
+    Not from the paper: another solver may compute a node more than C_v times, which makes its
+    schedule useless as a hint. Dropping a recomputation of v (never the first computation)
+    keeps the sequence valid — v's readers use the previous copy, retained longer — at the price
+    of memory. The excess copies are dropped one at a time, each time the one whose removal
+    gives the lowest peak (eq. (4)); then recomputations that the budget does not need are
+    dropped too, costliest first, while the peak stays within `cap` (or does not rise, when it
+    was over). None when the first computations do not follow the input order (staged domain).
+    """
+    ivs = _map_sequence(m, seq)
+    if ivs is None:
+        return None
+    seq = list(seq)
+    peak = _folded_peak(m, ivs)
+
+    def recomputations(v: int | None = None) -> list[int]:
+        seen: set[int] = set()
+        out = []
+        for p, k in enumerate(seq):
+            if k in seen and (v is None or k == v):
+                out.append(p)
+            seen.add(k)
+        return out
+
+    def peak_without(p: int) -> int | None:
+        trial = _map_sequence(m, seq[:p] + seq[p + 1 :])
+        return None if trial is None else _folded_peak(m, trial)
+
+    counts: dict[int, int] = {}
+    for k in seq:
+        counts[k] = counts.get(k, 0) + 1
+    for v, c in sorted(counts.items()):
+        for _ in range(c - m.space.copies[v]):
+            options = [(pk, p) for p in recomputations(v) if (pk := peak_without(p)) is not None]
+            if not options:
+                return None
+            peak, p = min(options)
+            del seq[p]
+    order = sorted(recomputations(), key=lambda p: (-m.w[seq[p]], p))
+    for idx, p in enumerate(order):
+        pk = peak_without(p)
+        if pk is not None and pk <= max(cap, peak):
+            peak = pk
+            del seq[p]
+            order[idx + 1 :] = [q - (q > p) for q in order[idx + 1 :]]
+    return seq
+
+
 def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[int] | None:
     """A memory-feasible starting point inside the staged space (not from the paper).
 
@@ -644,7 +694,13 @@ class Moccasin(Solver):
         if greedy:
             candidates.append(("greedy", greedy))
         candidates.append(("baseline", baseline_steps(graph)))
-        sequences = [(name, _local_sequence(m, graph, steps)) for name, steps in candidates]
+        sequences = []
+        for cname, steps in candidates:
+            seq = _local_sequence(m, graph, steps)
+            sequences.append((cname, seq))
+            fixed = _repair(m, seq, cap)
+            if fixed is not None and fixed != seq:
+                sequences.append((f"{cname} (repaired)", fixed))
         # The eviction start at the budget; failing that, at looser targets, whose result can
         # still have a lower peak than anything else to start phase 1 from. Bounded by a tenth of
         # the time limit, since it is Python and only a hint.
@@ -670,6 +726,9 @@ class Moccasin(Solver):
                     found = True
                     name = f"eviction-{score}/{max_chain}@{target * unit_mem + view.resident}"
                     sequences.append((name, seq))
+                    fixed = _repair(m, seq, cap)
+                    if fixed is not None and fixed != seq:
+                        sequences.append((f"{name} (repaired)", fixed))
             if found:
                 break
         starts: list[tuple[int, int, str, list[list[Interval]]]] = []  # (peak, cost, name, ivs)

@@ -48,6 +48,7 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import time
@@ -70,10 +71,10 @@ DETERMINISTIC_FRACTION = 0.5
 #: Interval = (start event, end event) with the half-open convention of the module docstring.
 Interval = tuple[int, int]
 
-#: phase 1 also runs from a start at most this fraction over the budget when it is cheaper than
-#: every start that fits, for at most PHASE1_SHARE of the remaining time
+#: a start at most this fraction over the budget is brought within it by `_lower_peak`
 NEAR_OVER = 0.05
-PHASE1_SHARE = 0.3
+#: with one worker `_lower_peak` stops after this many recomputations instead of on the clock
+LOWER_STEPS = 64
 #: greedy runs at these fractions of the budget until one (repaired) fits, within GREEDY_SHARE
 #: of the time limit
 GREEDY_TARGETS = (1.0, 0.985, 0.97, 0.95)
@@ -429,6 +430,76 @@ def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
     return seq
 
 
+def _peak_excess(m: _Model, ivs: list[list[Interval]], cap: int) -> tuple[int, int, int]:
+    """(peak, total excess over `cap` summed over the compute events, event of the peak)."""
+    changes: dict[int, int] = {}
+    events: set[int] = set()
+    for k, lst in enumerate(ivs):
+        for st, en in lst:
+            changes[st] = changes.get(st, 0) + m.mem[k] + m.ws[k]
+            changes[st + 1] = changes.get(st + 1, 0) - m.ws[k]
+            changes[en] = changes.get(en, 0) - m.mem[k]
+            events.add(st)
+    level = peak = excess = 0
+    at = -1
+    for t in sorted(changes):
+        level += changes[t]
+        if t in events:
+            excess += max(0, level - cap)
+            if level > peak:
+                peak, at = level, t
+    return peak, excess, at
+
+
+def _lower_peak(
+    m: _Model, seq: list[int], cap: int, deadline: float | None, max_steps: int = 10**9
+) -> list[int] | None:
+    """Bring a start a little over the budget within it by splitting retention intervals.
+
+    Not from the paper; a fast stand-in for phase 1 (§2.4) on near-feasible starts, which keeps
+    their cost low where phase 1, blind to the duration, adds many recomputations. At the event
+    of highest memory (eq. (4)), every output retained across it but not read there, with a copy
+    left, is a candidate: recomputing it right before its next reader ends its interval earlier
+    (its inputs are retained longer instead). The candidate lowering the memory over the budget
+    (summed over the events) the most per unit of duration is applied, until the peak fits `cap`;
+    None when stuck or out of time.
+    """
+    ivs = _map_sequence(m, seq)
+    if ivs is None or not _fits(m, ivs):
+        return None
+    seq = _sequence_of(ivs)
+    peak, excess, t_peak = _peak_excess(m, ivs, cap)
+    for _ in range(max_steps):
+        if peak <= cap:
+            return seq
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        starts = sorted(st for lst in ivs for st, _ in lst)
+        pos = bisect.bisect_left(starts, t_peak)
+        node = seq[pos]
+        best: tuple[float, list[list[Interval]], tuple[int, int, int]] | None = None
+        for k, lst in enumerate(ivs):
+            if k == node or k in m.preds[node] or len(lst) >= m.space.copies[k]:
+                continue
+            if not any(st < t_peak < en for st, en in lst):
+                continue
+            q = next((i for i in range(pos + 1, len(seq)) if k in m.preds[seq[i]]), None)
+            if q is None:
+                continue
+            t_ivs = _map_sequence(m, seq[:q] + [k] + seq[q:])
+            if t_ivs is None or not _fits(m, t_ivs):
+                continue
+            res = _peak_excess(m, t_ivs, cap)
+            gain = (excess - res[1]) / (m.w[k] + 1)
+            if res[1] < excess and (best is None or gain > best[0]):
+                best = (gain, t_ivs, res)
+        if best is None:
+            return None
+        _, ivs, (peak, excess, t_peak) = best
+        seq = _sequence_of(ivs)
+    return seq if peak <= cap else None
+
+
 def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[int] | None:
     """A memory-feasible starting point inside the staged space (not from the paper).
 
@@ -712,7 +783,18 @@ class Moccasin(Solver):
             for x in (seq, fixed):
                 ivs = None if x is None else _map_sequence(m, x)
                 ok = ok or (ivs is not None and _fits(m, ivs) and _folded_peak(m, ivs) <= cap)
-            return ok
+            ivs = None if fixed is None else _map_sequence(m, fixed)
+            if not ok and ivs is not None and _folded_peak(m, ivs) <= cap * (1 + NEAR_OVER):
+                assert fixed is not None
+                # bounded by the clock, or with one worker (reproducible runs) by a count
+                left = options.remaining()
+                if options.workers <= 1 or left is None:
+                    lowered = _lower_peak(m, fixed, cap, None, LOWER_STEPS)
+                else:
+                    lowered = _lower_peak(m, fixed, cap, time.monotonic() + 0.1 * left)
+                if lowered is not None:
+                    sequences.append((f"{cname} (lowered)", _repair(m, lowered, cap) or lowered))
+            return ok  # a lowered start does not end the search for a better one
 
         if options.hint:
             add("hint", options.hint)
@@ -791,36 +873,20 @@ class Moccasin(Solver):
         if feasible:
             c, _, src, start_ivs = feasible[0]
             notes.append(f"the {src} schedule fits (duration {c * unit:.6g})")
-        # A start a little over the budget can be much cheaper than every one that fits (the
-        # repaired greedy schedule typically is): phase 1 from it, for a share of the time.
-        # (the lowest peak of those: each step over the budget makes phase 1 much longer)
-        near = sorted(
-            (p, c, nm, ivs)
-            for p, c, nm, ivs in starts
-            if cap < p <= cap * (1 + NEAR_OVER) and (not feasible or c < feasible[0][0])
-        )
-        if not feasible or near:
+        if not feasible:
             # Phase 1, eqs. (12)-(13): minimise max(M_var, M) (M_var's domain starts at M); it
             # stops at the first memory-feasible solution. (Breaking ties by the duration (1)
             # was measured to make it several times slower: RL n250 at 80%, 44 s vs 7 s.)
             m.model.minimize(m.m_var)
-            if feasible:
-                p, _, src, ivs = near[0]
-            else:
-                p, _, src, ivs = min(starts, key=lambda x: (x[0], x[1])) if starts else (0, 0, "", [])
-            if ivs:
+            if starts:
+                p, _, src, ivs = min(starts, key=lambda x: (x[0], x[1]))
                 _hint(m, ivs, p)
                 notes.append(f"phase 1 from the {src} schedule (peak {p * unit_mem + view.resident})")
-            share = PHASE1_SHARE if feasible else 1.0
-            remaining = options.remaining()
-            det_before = det_left
-            if det_left is not None:
-                det_left *= share
-            solver = new_solver(None if remaining is None else share * remaining)
+            solver = new_solver(options.remaining())
             cb = _Incumbents(m, graph, options, 1, cap, unit)
             status = solver.solve(m.model, cb)
-            if det_before is not None:
-                det_left = det_before - solver.deterministic_time
+            if det_left is not None:
+                det_left -= solver.deterministic_time
             solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
             peak = solver.value(m.m_var) if solved else None
             if solved and peak is not None and peak <= cap:
@@ -834,12 +900,7 @@ class Moccasin(Solver):
                 notes.append(
                     f"phase 1: memory-feasible in {solver.wall_time:.1f}s at duration {cost1 * unit:.6g}"
                 )
-                if not feasible or cost1 < feasible[0][0]:
-                    start_ivs = ivs1
-                else:
-                    notes.append("its result is costlier than the fitting start")
-            elif feasible:
-                notes.append(f"phase 1: nothing within the budget in {solver.wall_time:.1f}s")
+                start_ivs = ivs1
             elif not solved:
                 return SolverResult(
                     steps=None,

@@ -872,7 +872,7 @@ class Moccasin(Solver):
         start_ivs: list[list[Interval]] | None = None
         if feasible:
             c, _, src, start_ivs = feasible[0]
-            notes.append(f"the {src} schedule fits (duration {c * unit:.6g})")
+            notes.append(f"phase 1 skipped: the {src} schedule fits (duration {c * unit:.6g})")
         if not feasible:
             # Phase 1, eqs. (12)-(13): minimise max(M_var, M) (M_var's domain starts at M); it
             # stops at the first memory-feasible solution. (Breaking ties by the duration (1)

@@ -747,7 +747,8 @@ class Moccasin(Solver):
             "Default is the fixed-input-order staged variant (§2.3) as in the paper's tables; "
             "'optimal' is a proof within that space with at most --max-copies computations per node. "
             "Starts from --hint, the greedy solver when installed, the baseline and a staged eviction "
-            "heuristic; phase 1 runs only when none of them fits the budget."
+            "heuristic, cut to --max-copies and brought within the budget when a little over; phase 1 "
+            "runs only when none of them fits the budget."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:

@@ -38,8 +38,8 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 - **Symmetry.** Copies of a node are used in order (a^{i+1} ⇒ a^i) and absent copies are pinned;
   in the free-order variant present copies occupy events 1..K without gaps.
 - **Starting points** (none from the paper). Phase 2 starts from the cheapest memory-feasible
-  candidate among ``--hint``, the `greedy` solver (when installed; run again at 98.5%, 97%, 95%
-  of the budget until a start fits), the baseline and a staged eviction heuristic
+  candidate among ``--hint``, the `greedy` solver (when installed; when its schedule does not fit once
+  repaired, its split strategies run one by one at 98.5%, 97%, 95% of the budget until one fits), the baseline and a staged eviction heuristic
   (`_staged_eviction`). A schedule with more than C_v computations of a node is cut to C_v and
   rid of recomputations the budget does not need (`_repair`); one that ends up at most 5% over
   the budget is brought within it by splitting intervals (`_lower_peak`). This is what closes

@@ -219,3 +219,44 @@ def test_non_recomputable_nodes_run_once() -> None:
         for node in g.nodes:
             if not node.recomputable:
                 assert computed.count(node.id) <= 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repair_and_lower_peak_give_valid_starts(seed: int) -> None:
+    """Another solver's sequence (here: a node computed up to 4 times) is cut to C_v copies, and a
+    start over the budget is brought within it by splitting intervals; both stay valid sequences
+    whose simulated peak is at most the folded peak of eq. (4)."""
+    import math
+    from functools import reduce
+
+    g = G.random_layered(40, seed=seed)
+    view = g.node_view
+    unit_mem = reduce(math.gcd, [x for x in view.mem + view.workspace if x > 0], 0) or 1
+    base = baseline(g)
+    needed = [i for i in range(len(view)) if view.needed[i]]
+    w, _ = M._integer_costs([view.cost[i] for i in needed])
+    cap = (int(0.8 * base.peak_memory) - view.resident) // unit_mem
+    m = M._build(view, cap, unit_mem, w, 2, True, "literals")
+    rng = random.Random(seed)
+    seq: list[int] = []
+    for k in range(len(m.nodes)):  # input order, with random recomputations of earlier nodes
+        for r in sorted(rng.sample(range(k), min(k, 3))):
+            seq.append(r)
+        seq.append(k)
+    assert max(seq.count(k) for k in set(seq)) > 2
+    ids = view.ids
+
+    def check(s: list[int]) -> int:
+        ivs = M._map_sequence(m, s)
+        assert ivs is not None and M._fits(m, ivs)
+        sim = simulate(g, steps_from_sequence(g, [ids[m.nodes[k]] for k in s]))
+        peak = M._folded_peak(m, ivs)
+        assert sim.peak_memory <= peak * unit_mem + view.resident
+        return peak
+
+    fixed = M._repair(m, seq, cap)
+    assert fixed is not None
+    peak = check(fixed)
+    target = int(0.99 * peak)  # a start 1% over its budget, as greedy's repaired ones are
+    lowered = M._lower_peak(m, fixed, target, None, M.LOWER_STEPS)
+    assert lowered is not None and check(lowered) <= target

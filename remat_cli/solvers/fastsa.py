@@ -27,11 +27,12 @@ Deviations, all switchable: the initial temperature is 0.3% of f(S0) instead of 
 0.1% (on the Table-1 graphs, whose single moves change f by around 1%, 0.1% is close to greedy:
 RL n100 at 80% ended at 1.6% cost increase, at 0.3% at 0.0%); the mutation mix
 (``rotate_share``; the paper gives none); ``local`` proposals (times drawn inside the
-window where a mutation can be valid, see :func:`remat_cli.solvers.fastsa_kernel.sa_chunk`; on
-by default: on random_layered_n1000 about 75% of them pass the §2.2 conditions against about
-25% of uniform ones, so each iteration does far more, and on the Table-1 cells with the same
-or fewer iterations they end lower, e.g. RL n500 at 70% 4.6% vs 5.6% and RL n250 at 70% 1.1%
-vs 3.5% cost increase, bench/fastsa.py); ``over_budget_weight`` (off: 1) steepens the footnote-2
+window where a mutation can be valid, see :func:`remat_cli.solvers.fastsa_kernel.sa_chunk`; 75%
+of the proposals by default: on random_layered_n1000 about 75% of local proposals pass the §2.2
+conditions against about 25% of uniform ones, so each iteration does far more; with 11M
+iterations RL n500 at 70% ends at 4.8% (uniform, 22M: 5.6%) and RL n250 at 70% near 1.1-1.4%
+(uniform: 3.5%), while all-local proposals made the small RL n100 worse (70%: over budget),
+which the uniform quarter avoids, bench/fastsa.py); ``over_budget_weight`` (off: 1) steepens the footnote-2
 objective above the budget; a dynamic sequence length (T is re-chosen and the sequence re-spread evenly between
 chunks, so that a few thousand slots suffice instead of 2^20); and a per-node copy limit per
 chunk (a node may gain 4 copies before the next re-spread). ``--no-recompute`` runs rotations
@@ -323,7 +324,7 @@ class FastSA(Solver):
         Param(
             "local",
             float,
-            1.0,
+            0.75,
             "share of add/rotate times drawn inside their valid window (rest: uniform, §2.2)",
         ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),

@@ -170,7 +170,9 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
     wall = time.monotonic() - wall0
     row = {
         "graph": "random_layered_n1000",
-        "proposals": "local windows (--local 1)" if local else "uniform over T (paper §2.2, the default)",
+        "proposals": "local windows (--local 1)"
+        if local
+        else "uniform over T (paper §2.2, --local 0; the solver default mixes 75% local)",
         "iterations": iters,
         "kernel_cpu_seconds": round(kernel_cpu, 3),
         "wall_seconds": round(wall, 3),

@@ -225,18 +225,25 @@ def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
 
 
 @njit(cache=True)
+def _locate(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> tuple[int, int, int, int, int]:
+    """Where time t falls among n's productions: (PB, NP, index k of the first production >= t,
+    block size, end of the production interval before it or 0 when k = 0)."""
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t) - pb
+    e_prev = 0
+    if k > 0:
+        e_prev = _end(n, k - 1, NI, PU, T)
+    return pb, npn, k, NI[n, MEM], e_prev
+
+
+@njit(cache=True)
 def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
          pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
          occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
          istate: np.ndarray) -> None:  # fmt: skip
     """Insert node n at the nop slot t (mutation 1 of §2.2), updating intervals and the tree."""
-    pb = NI[n, PB]
-    npn = NI[n, NP]
-    k = _lower(PU, pb, pb + npn, t) - pb
-    m = NI[n, MEM]
-    e_old = 0
-    if k > 0:
-        e_old = _end(n, k - 1, NI, PU, T)
+    pb, npn, k, m, e_old = _locate(n, t, T, NI, PU)
     _insert(PU, pb, npn, pb + k, t)
     NI[n, NP] = npn + 1
     if k > 0:
@@ -276,14 +283,8 @@ def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: n
             occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
             istate: np.ndarray) -> None:  # fmt: skip
     """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of _add."""
-    pb = NI[n, PB]
-    npn = NI[n, NP]
-    k = _lower(PU, pb, pb + npn, t) - pb
-    m = NI[n, MEM]
+    pb, npn, k, m, e_prev_old = _locate(n, t, T, NI, PU)
     e_cur = _end(n, k, NI, PU, T)
-    e_prev_old = 0
-    if k > 0:
-        e_prev_old = _end(n, k - 1, NI, PU, T)
     seg_add(tz, lz, lscale, S, t, e_cur + 1, -m)
     _delete(PU, pb, npn, pb + k)
     NI[n, NP] = npn - 1
@@ -391,17 +392,19 @@ def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, 
 
 
 @njit(cache=True)
-def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0) -> float:
+def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0, over: float = 1.0) -> float:
     """f(S). mode 0: eq. (1) max(budget, M)·C. mode 1 (footnote 2 of §3.1):
     L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-sharp) = 0 (the paper: sharp = 100);
     above the budget this is M·C^0.6, below it B·(1 + (exp(sharp·(M/B - 1)) - 1)/sharp).
+    ``over`` > 1 steepens the part above the budget to (B + over·(M - B))·C^0.6 (the paper: 1;
+    the footnote notes that its objective may end above the budget, which this counters).
     mode 2: M alone."""
     if mode == OBJ_MAX:
         return (M if M > B else B) * C
     if mode == OBJ_ELU:
         x = sharp * (M / B - 1.0)
         if x > 0.0:
-            lm = M
+            lm = B + over * (M - B)
         else:
             lm = B * (1.0 + (math.exp(x) - 1.0) / sharp)
         return lm * C**0.6
@@ -425,7 +428,7 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 @njit(cache=True)
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
              h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
-             local: float, sharp: float) -> int:  # fmt: skip
+             local: float, sharp: float, over: float) -> int:  # fmt: skip
     """Run up to n_iters SA iterations from the current state; returns the number run.
 
     Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
@@ -453,7 +456,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     t2 = 0
     kind = ADD
     m_exact, m_obj = _peak(tz, lz, resident, lscale)
-    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, sharp)
+    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, sharp, over)
     it = 0
     while it < n_iters:
         it += 1
@@ -518,7 +521,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
         istate[I_VALID] += 1
         m_exact, m_obj = _peak(tz, lz, resident, lscale)
         c = fstate[F_COST]
-        f_new = objective(m_obj, c + c_floor, budget, mode, sharp)
+        f_new = objective(m_obj, c + c_floor, budget, mode, sharp, over)
         d = f_new - f
         if d <= 0.0 or (h > 0.0 and _unit(_rand(rng)) < math.exp(-d / h)):
             f = f_new

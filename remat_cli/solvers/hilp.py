@@ -53,6 +53,8 @@ from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hpartition import LevelGraph, h_partition
 
 LOSS = "__hilp_loss__"
+#: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
+FALLBACK = ("greedy", "fastsa")
 TOKEN = "__hilp_token__"
 
 
@@ -94,7 +96,8 @@ class Ctx:
 def grad_pairs(graph: Graph) -> dict[str, str]:
     """Backward node -> the forward node it differentiates: ``grad_of`` where the graph says it;
     otherwise (Checkmate/Moccasin networkx data carry ``phase`` only) the forward node whose op
-    is the backward op without its ``_backward`` suffix, when that op is unique."""
+    is the backward op without its ``_backward`` suffix, when that op is unique; otherwise (ONNX
+    training graphs: ``phase`` but neither) :func:`structural_pairs`."""
     out = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None and n.phase != "forward"}
     if out:
         return out
@@ -107,7 +110,51 @@ def grad_pairs(graph: Graph) -> dict[str, str]:
             fw = by_op.get(n.op.removesuffix("_backward"), [])
             if len(fw) == 1:
                 out[n.id] = fw[0]
-    return out
+    if out:
+        return out
+    return structural_pairs(graph)
+
+
+def structural_pairs(graph: Graph) -> dict[str, str]:
+    """Pair backward nodes with forward nodes from the dataflow alone (no names needed).
+
+    A backward operator of layer j reads layer j's activations (App. B.1.1: what a layer keeps
+    from F_j to B_j), so it is paired with the deepest forward node whose output it reads.
+    Gradients flow from deep layers to shallow ones, so along every backward edge the pairing
+    must not get deeper: a node is paired at most as deep as its backward predecessors (this
+    keeps the F_j -> loss -> B_j quotient acyclic for chains of layers). Backward nodes reading
+    no activation and no paired predecessor (e.g. a transposed weight) take the pairing of their
+    backward successors, the deepest one (so the edge to it stays monotone)."""
+    order = graph.topo_order
+    pos = {n: i for i, n in enumerate(order)}
+    nodes = graph.node_map
+    producer = graph.producer
+    forward = {n.id for n in graph.nodes if n.phase == "forward"}
+    backward = [n for n in order if nodes[n].phase not in ("forward", "loss")]
+    if not forward or not backward:
+        return {}
+    bset = set(backward)
+    depth: dict[str, float] = {}
+    for b in backward:
+        reads = [pos[p] for v in nodes[b].inputs if (p := producer.get(v)) in forward]
+        d = float(max(reads)) if reads else math.inf
+        for v in nodes[b].inputs:
+            p = producer.get(v)
+            if p in bset:
+                d = min(d, depth[p])
+        depth[b] = d
+    succs: dict[str, list[str]] = defaultdict(list)
+    for b in backward:
+        for v in nodes[b].inputs:
+            p = producer.get(v)
+            if p in bset:
+                succs[p].append(b)
+    for b in reversed(backward):
+        if math.isinf(depth[b]):
+            ds = [depth[s] for s in succs[b] if not math.isinf(depth[s])]
+            if ds:
+                depth[b] = max(ds)
+    return {b: order[int(d)] for b, d in depth.items() if not math.isinf(d)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -779,7 +826,16 @@ def pareto(opts: list[Opt]) -> list[Opt]:
     cand = sorted(uniq.values(), key=lambda o: (o.time, o.peak, o.phantom, o.fwd, o.bwd))
     out: list[Opt] = []
     for o in cand:
-        if any(q.time <= o.time and q.peak <= o.peak and q.phantom <= o.phantom for q in out):
+        # an option needing more of the level above (a kept forward value read by the
+        # backward part, say) never dominates one that recomputes it instead
+        if any(
+            q.time <= o.time
+            and q.peak <= o.peak
+            and q.phantom <= o.phantom
+            and q.deps_f <= o.deps_f
+            and q.deps_b <= o.deps_b
+            for q in out
+        ):
             continue
         out.append(o)
     return out
@@ -1061,7 +1117,8 @@ class _Solve:
             tries += 1
             top_time = None
             if self.limit is not None:
-                top_time = max(0.2, self.limit - self.elapsed()) * (0.8 if tries == 1 else 0.5)
+                # 15% of the limit stays for the whole-graph fallback below
+                top_time = max(0.2, 0.85 * self.limit - self.elapsed()) * (0.8 if tries == 1 else 0.5)
             sched, top_status = solve_instance(
                 inst, target, top_time, self.backend, self.opt.seed, self.deterministic, corrections=True
             )
@@ -1088,6 +1145,17 @@ class _Solve:
             f"{'/'.join(statuses) or 'not run'} on {self.backend}"
         )
         if best is None:
+            # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
+            # keeps all its outputs together): a leaf solver on the whole graph, the framework
+            # of solvers (§3.2.1) applied at the top, before anything is called infeasible
+            fb = self.fallback()
+            if fb is not None:
+                best = fb[:3]
+                msg += f"; no H-ILP schedule within budget, {fb[3]} on the whole graph used"
+                self.opt.incumbent(best[1])
+            else:
+                msg += "; whole-graph fallback (greedy, fastsa) found none either"
+        if best is None:
             return SolverResult(
                 steps=None,
                 status="infeasible" if self.limit is None else "unknown",
@@ -1103,6 +1171,27 @@ class _Solve:
             message=msg,
             params={"max_subgraph": self.p["max_subgraph"]},
         )
+
+    def fallback(self) -> tuple[float, list[Step], int, str] | None:
+        """Deterministic order: greedy (fast), then fastsa with the time left."""
+        from remat_cli.solvers import registry
+
+        for name in FALLBACK:
+            if name not in registry.names():
+                continue
+            solver = registry.get(name)
+            if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
+                continue
+            left = None if self.limit is None else max(1.0, self.limit - self.elapsed())
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers)
+            opts.params = solver.defaults()
+            r = solver.solve(self.g, self.budget, opts)
+            if r.steps is None:
+                continue
+            sim = simulate(self.g, r.steps)
+            if sim.peak_memory <= self.budget:
+                return sim.cost, r.steps, sim.peak_memory, name
+        return None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -1144,11 +1233,18 @@ class _Solve:
                 atoms[n] = atomic(ctx, n)
             return atoms[n]
 
-        n_levels = len(levels)
+        # level 0: a layer of one forward operator and several backward ones (ONNX training
+        # graphs, paired by structural_pairs) is a subgraph of its own, solved for its options;
+        # split into atoms it would leave its backward operators one by one to the top H-ILP
+        solve0 = [ui for ui, u in enumerate(units) if u.layer and len(u.bwd) > 1]
+        for ui in solve0:
+            units[ui].children = [atom(n) for n in units[ui].fwd + units[ui].bwd]
+        n_levels = len(levels) + (1 if solve0 else 0)
+        if solve0:
+            self.solve_level(ctx, units, 0, n_levels, leaf=True)
+            self.opt.progress(stage="level 0", subgraphs=len(solve0))
         for li, groups in enumerate(levels):
             new_units: list[Unit] = []
-            jobs: list[Job] = []
-            owners: list[int] = []
             for grp in groups:
                 members = [units[i] for i in grp]
                 if len(grp) == 1:
@@ -1160,57 +1256,64 @@ class _Solve:
                 u.children = [c for m in members for c in self.expand(m, atom)]
                 self.select(u.children)
                 new_units.append(u)
-            # solve the new subgraphs (one representative per class of identical ones)
-            classes: dict[tuple[Any, ...], int] = {}
-            translate: list[tuple[int, int, list[str]]] = []
-            reps: dict[int, list[str]] = {}
-            for ui, u in enumerate(new_units):
-                if u.children is None or u.options:
-                    continue
-                key, order = canonical(ctx, u)
-                if key in classes:
-                    translate.append((ui, classes[key], order))
-                    continue
-                classes[key] = ui
-                reps[ui] = order
-                owners.append(ui)
-            share = None
-            if self.limit is not None:
-                left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
-                if self.deterministic:
-                    left = self.limit * 0.5 / max(1, n_levels)
-                else:
-                    left = left / max(1, n_levels - li)
-                # building and measuring take time too: the ILPs get 70% of the share
-                share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
-            fr = _fractions(int(self.p["levels"]))
-            leaf = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if li == 0 else ()
-            for ui in owners:
-                jobs.append(
-                    Job(new_units[ui], fr, share, self.backend, self.opt.seed, self.deterministic, leaf)
-                )
-            results = self.run_jobs(ctx, jobs)
-            for ui, opts in zip(owners, results, strict=True):
-                new_units[ui].options = opts
-            for ui, rep, order in translate:
-                mapping = dict(zip(reps[rep], order, strict=True))
-                u = new_units[ui]
-                u.options = pareto(
-                    [
-                        measure(
-                            ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd)
-                        )
-                        for o in new_units[rep].options
-                    ]
-                )
+            li_all = li + (1 if solve0 else 0)
+            solved = self.solve_level(ctx, new_units, li_all, n_levels, leaf=li == 0)
             units = new_units
-            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=len(owners))
+            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=solved)
         # top units: solved subgraphs keep their options; the others stand for their operators
         top = [c for u in units for c in self.expand(u, atom)]
         done = {n for u in top for n in u.owned}
         top += [atom(n) for n in needed if n not in done]
         self.select(top)
         return top
+
+    def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
+        """Options of every unit of one level that has children and none yet (one
+        representative per class of identical subgraphs, App. C.1.1); returns how many were
+        solved."""
+        owners: list[int] = []
+        jobs: list[Job] = []
+        classes: dict[tuple[Any, ...], int] = {}
+        translate: list[tuple[int, int, list[str]]] = []
+        reps: dict[int, list[str]] = {}
+        for ui, u in enumerate(new_units):
+            if u.children is None or u.options:
+                continue
+            key, order = canonical(ctx, u)
+            if key in classes:
+                translate.append((ui, classes[key], order))
+                continue
+            classes[key] = ui
+            reps[ui] = order
+            owners.append(ui)
+        share = None
+        if self.limit is not None:
+            left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
+            if self.deterministic:
+                left = self.limit * 0.5 / max(1, n_levels)
+            else:
+                left = left / max(1, n_levels - li)
+            # building and measuring take time too: the ILPs get 70% of the share
+            share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
+        fr = _fractions(int(self.p["levels"]))
+        names = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if leaf else ()
+        for ui in owners:
+            jobs.append(Job(new_units[ui], fr, share, self.backend, self.opt.seed, self.deterministic, names))
+        results = self.run_jobs(ctx, jobs)
+        for ui, opts in zip(owners, results, strict=True):
+            new_units[ui].options = opts
+        for ui, rep, order in translate:
+            mapping = dict(zip(reps[rep], order, strict=True))
+            u = new_units[ui]
+            u.options = pareto(
+                [
+                    measure(
+                        ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd)
+                    )
+                    for o in new_units[rep].options
+                ]
+            )
+        return len(owners)
 
     @staticmethod
     def expand(u: Unit, atom: Any) -> list[Unit]:

@@ -873,9 +873,15 @@ class Job:
     seed: int
     deterministic: bool
     leaf_solvers: tuple[str, ...]
+    deadline: float | None = None  # epoch seconds (worker processes share the clock)
 
 
 _CTX: Ctx | None = None  # set before forking the worker processes
+
+
+#: deterministic mode: HiGHS branch-and-bound nodes per second of an ILP's share, per unit of
+#: model size (variables + rows) -- a work limit in place of the wall clock
+NODE_RATE = 2e6
 
 
 def solve_instance(
@@ -888,20 +894,39 @@ def solve_instance(
     corrections: bool = False,
     kept_budget: int | None = None,
     gap: float = 1e-4,
+    deadline: float | None = None,
 ) -> tuple[list[tuple[int, int]] | None, str]:
+    """Solve one H-ILP. With ``deterministic`` (one worker and a seed) the engine stops on work
+    done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
+    time, HiGHS on a node limit sized from ``time_limit`` and the model. The wall clock
+    (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
+    overrun the user's time limit -- HiGHS has no work limit on its root node -- and the status
+    then says so."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
+    engine_options: dict[str, dict[str, Any]] = {}
+    wall = time_limit
+    if deterministic and time_limit is not None:
+        size = model.num_vars + model.num_constraints
+        nodes = max(10, int(time_limit * NODE_RATE / max(1, size)))
+        engine_options["highs"] = {"mip_max_nodes": nodes}
+        if backend == "highs":
+            wall = None if deadline is None else max(0.05, deadline - time.time())
     settings = EngineSettings(
         backend=backend,
-        time_limit=time_limit,
+        time_limit=wall,
         threads=1,
         seed=seed,
         deterministic=deterministic,
         rel_gap=gap,
+        engine_options=engine_options,
     )
     res = milp_solve(model, settings)
+    status = res.status
+    if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
+        status += " (stopped by the wall clock: not deterministic)"
     if res.x is None:
-        return None, res.status
-    return decode(inst, res.x, R), res.status
+        return None, status
+    return decode(inst, res.x, R), status
 
 
 def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
@@ -933,7 +958,7 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
     for budget, kept in runs:
         # options need not be proven optimal: a 1% gap saves most of the search
         sched, _ = solve_instance(
-            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, gap=0.01
+            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, 0.01, job.deadline
         )
         if sched is not None:
             f, b = flatten(inst, sched)
@@ -1079,6 +1104,8 @@ class _Solve:
         self.backend = backend
         self.limit = options.time_limit
         self.started = time.monotonic()
+        #: the end of the ILP work (epoch seconds), leaving 15% of the limit to the fallback
+        self.deadline = None if self.limit is None else time.time() + 0.85 * self.limit
 
     def training(self) -> bool:
         """Layers apply when backward nodes name their forward node and the quotient
@@ -1117,10 +1144,19 @@ class _Solve:
             tries += 1
             top_time = None
             if self.limit is not None:
-                # 15% of the limit stays for the whole-graph fallback below
-                top_time = max(0.2, 0.85 * self.limit - self.elapsed()) * (0.8 if tries == 1 else 0.5)
+                # 15% of the limit stays for the whole-graph fallback below; deterministic runs
+                # size their work limit from the nominal split, never from the clock
+                spent = 0.5 * self.limit if self.deterministic else self.elapsed()
+                top_time = max(0.2, 0.85 * self.limit - spent) * (0.8 if tries == 1 else 0.5)
             sched, top_status = solve_instance(
-                inst, target, top_time, self.backend, self.opt.seed, self.deterministic, corrections=True
+                inst,
+                target,
+                top_time,
+                self.backend,
+                self.opt.seed,
+                self.deterministic,
+                corrections=True,
+                deadline=self.deadline,
             )
             statuses.append(top_status)
             if sched is None:
@@ -1298,7 +1334,18 @@ class _Solve:
         fr = _fractions(int(self.p["levels"]))
         names = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if leaf else ()
         for ui in owners:
-            jobs.append(Job(new_units[ui], fr, share, self.backend, self.opt.seed, self.deterministic, names))
+            jobs.append(
+                Job(
+                    new_units[ui],
+                    fr,
+                    share,
+                    self.backend,
+                    self.opt.seed,
+                    self.deterministic,
+                    names,
+                    self.deadline,
+                )
+            )
         results = self.run_jobs(ctx, jobs)
         for ui, opts in zip(owners, results, strict=True):
             new_units[ui].options = opts
@@ -1307,9 +1354,7 @@ class _Solve:
             u = new_units[ui]
             u.options = pareto(
                 [
-                    measure(
-                        ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd)
-                    )
+                    measure(ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd))
                     for o in new_units[rep].options
                 ]
             )

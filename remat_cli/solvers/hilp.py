@@ -900,8 +900,8 @@ def solve_instance(
     done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
     time, HiGHS on a node limit sized from ``time_limit`` and the model. The wall clock
     (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
-    overrun the user's time limit -- HiGHS has no work limit on its root node -- and the status
-    then says so."""
+    overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
+    a run found is dropped (the status says so), so that only work-limited results count."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
     engine_options: dict[str, dict[str, Any]] = {}
     wall = time_limit
@@ -923,7 +923,9 @@ def solve_instance(
     res = milp_solve(model, settings)
     status = res.status
     if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
-        status += " (stopped by the wall clock: not deterministic)"
+        # a solution the clock picked is not reproducible: drop it, and the deterministic
+        # fallbacks (trivial options, greedy, fastsa) stand in
+        return None, status + " (stopped by the clock: dropped for determinism)"
     if res.x is None:
         return None, status
     return decode(inst, res.x, R), status

@@ -55,6 +55,8 @@ from remat_cli.solvers.hpartition import LevelGraph, h_partition
 LOSS = "__hilp_loss__"
 #: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
 FALLBACK = ("greedy", "fastsa")
+#: the top may go one level down (units replaced by their children) up to this many times M^t
+FINER_TOP = 4
 TOKEN = "__hilp_token__"
 
 
@@ -118,13 +120,14 @@ def grad_pairs(graph: Graph) -> dict[str, str]:
 def structural_pairs(graph: Graph) -> dict[str, str]:
     """Pair backward nodes with forward nodes from the dataflow alone (no names needed).
 
-    A backward operator of layer j reads layer j's activations (App. B.1.1: what a layer keeps
-    from F_j to B_j), so it is paired with the deepest forward node whose output it reads.
-    Gradients flow from deep layers to shallow ones, so along every backward edge the pairing
-    must not get deeper: a node is paired at most as deep as its backward predecessors (this
-    keeps the F_j -> loss -> B_j quotient acyclic for chains of layers). Backward nodes reading
-    no activation and no paired predecessor (e.g. a transposed weight) take the pairing of their
-    backward successors, the deepest one (so the edge to it stays monotone)."""
+    A backward chain starts where it reads layer j's activations (App. B.1.1: what a layer keeps
+    from F_j to B_j): such a node, with no paired backward predecessor, is paired with the
+    deepest forward node whose output it reads. Every other backward node continues gradients
+    and is paired with the shallowest of its backward predecessors' partners: gradients flow
+    from deep layers to shallow ones, so along every backward edge the pairing never gets
+    deeper (this keeps the F_j -> loss -> B_j quotient acyclic for chains of layers). Backward
+    nodes reading neither (e.g. a transposed weight) take the pairing of their backward
+    successors, the deepest one (so the edge to it stays monotone)."""
     order = graph.topo_order
     pos = {n: i for i, n in enumerate(order)}
     nodes = graph.node_map
@@ -136,12 +139,13 @@ def structural_pairs(graph: Graph) -> dict[str, str]:
     bset = set(backward)
     depth: dict[str, float] = {}
     for b in backward:
-        reads = [pos[p] for v in nodes[b].inputs if (p := producer.get(v)) in forward]
-        d = float(max(reads)) if reads else math.inf
-        for v in nodes[b].inputs:
-            p = producer.get(v)
-            if p in bset:
-                d = min(d, depth[p])
+        # the gradient it continues (its paired backward predecessors) decides first: a weight
+        # gradient reads layer j's *input* activation but belongs to layer j, whose output
+        # gradient it reads
+        d = min((depth[p] for v in nodes[b].inputs if (p := producer.get(v)) in bset), default=math.inf)
+        if math.isinf(d):
+            reads = [pos[p] for v in nodes[b].inputs if (p := producer.get(v)) in forward]
+            d = float(max(reads)) if reads else math.inf
         depth[b] = d
     succs: dict[str, list[str]] = defaultdict(list)
     for b in backward:
@@ -1140,48 +1144,25 @@ class _Solve:
             if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
                 best = (sim.cost, steps, sim.peak_memory)
                 self.opt.incumbent(steps)
-        tries = 0
-        statuses: list[str] = []
-        while tries < 4:
-            tries += 1
-            top_time = None
-            if self.limit is not None:
-                # 15% of the limit stays for the whole-graph fallback below; deterministic runs
-                # size their work limit from the nominal split, never from the clock
-                spent = 0.5 * self.limit if self.deterministic else self.elapsed()
-                top_time = max(0.2, 0.85 * self.limit - spent) * (0.8 if tries == 1 else 0.5)
-            sched, top_status = solve_instance(
-                inst,
-                target,
-                top_time,
-                self.backend,
-                self.opt.seed,
-                self.deterministic,
-                corrections=True,
-                deadline=self.deadline,
-            )
-            statuses.append(top_status)
-            if sched is None:
-                break
-            f, _ = flatten(inst, sched)
-            steps = steps_from_sequence(g, f)
-            sim = simulate(g, steps)
-            lowest = min(lowest, sim.peak_memory)
-            self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
-            if sim.peak_memory <= self.budget:
-                if best is None or sim.cost < best[0]:
-                    best = (sim.cost, steps, sim.peak_memory)
-                    self.opt.incumbent(steps)
-                break
-            # the ILP's memory model was optimistic: ask it for proportionally less
-            over = sim.peak_memory - self.budget
-            target -= max(over, int(0.02 * max(target, 1)))
-            if target <= 0:
-                break
+        found, statuses, low = self.solve_top(inst, target)
+        lowest = min(lowest, low)
         msg = (
             f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
             f"{'/'.join(statuses) or 'not run'} on {self.backend}"
         )
+        if found is None:
+            # lower levels: the top units replaced by their children (more, smaller compute
+            # nodes, so less is held together), while the instance stays of a solvable size
+            finer = [c for u in top_units for c in (u.children if u.children else [u])]
+            if len(top_units) < len(finer) <= FINER_TOP * int(self.p["max_top"]):
+                self.select(finer)
+                inst2 = build_instance(ctx, finer, with_loss=False)
+                found, statuses, low = self.solve_top(inst2, target)
+                lowest = min(lowest, low)
+                msg += f"; one level down ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+            self.opt.incumbent(best[1])
         if best is None:
             # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
             # keeps all its outputs together): a leaf solver on the whole graph, the framework
@@ -1209,6 +1190,52 @@ class _Solve:
             message=msg,
             params={"max_subgraph": self.p["max_subgraph"]},
         )
+
+    def solve_top(
+        self, inst: Instance, target: int
+    ) -> tuple[tuple[float, list[Step], int] | None, list[str], int]:
+        """The top H-ILP under the user's budget; when the simulated peak exceeds it (the ILP's
+        memory model is an approximation, App. B.3) the ILP budget is lowered and it is solved
+        again. Returns the schedule within budget (cost, steps, peak), the statuses and the
+        lowest simulated peak."""
+        g = self.g
+        tries = 0
+        statuses: list[str] = []
+        lowest = 1 << 62
+        while tries < 4:
+            tries += 1
+            top_time = None
+            if self.limit is not None:
+                # 15% of the limit stays for the whole-graph fallback; deterministic runs size
+                # their work limit from the nominal split, never from the clock
+                spent = 0.5 * self.limit if self.deterministic else self.elapsed()
+                top_time = max(0.2, 0.85 * self.limit - spent) * (0.8 if tries == 1 else 0.5)
+            sched, top_status = solve_instance(
+                inst,
+                target,
+                top_time,
+                self.backend,
+                self.opt.seed,
+                self.deterministic,
+                corrections=True,
+                deadline=self.deadline,
+            )
+            statuses.append(top_status)
+            if sched is None:
+                break
+            f, _ = flatten(inst, sched)
+            steps = steps_from_sequence(g, f)
+            sim = simulate(g, steps)
+            lowest = min(lowest, sim.peak_memory)
+            self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
+            if sim.peak_memory <= self.budget:
+                return (sim.cost, steps, sim.peak_memory), statuses, lowest
+            # the ILP's memory model was optimistic: ask it for proportionally less
+            over = sim.peak_memory - self.budget
+            target -= max(over, int(0.02 * max(target, 1)))
+            if target <= 0:
+                break
+        return None, statuses, lowest
 
     def fallback(self) -> tuple[float, list[Step], int, str] | None:
         """Deterministic order: greedy (fast), then fastsa with the time left."""

@@ -11,9 +11,11 @@ How the pieces fit:
   unit is one operator. On training graphs (nodes carry ``phase`` and ``grad_of``) a
   subgraph of forward operators and the backward operators that differentiate them form a
   *layer* (App. B.1.1): compute nodes F_j and B_j sharing their options, with a *phantom node*
-  holding what option o keeps between F_j and B_j. Elsewhere (inference graphs, networkx data
-  without ``grad_of``) a subgraph is one plain compute node with options (§3.2.2, last
-  paragraph of "Training graphs" in the issue).
+  holding what option o keeps between F_j and B_j. Where ``grad_of`` is missing (ONNX training
+  graphs carry ``phase`` only) the pairing comes from the dataflow (:func:`structural_pairs`),
+  and a forward operator with several backward operators is a level-0 layer solved for its
+  own options. Elsewhere (inference graphs, networkx data without phases) a subgraph is one
+  plain compute node with options (§3.2.2).
 - **Bottom-up solving (§3.2.1).** H-Partition groups the (forward) graph level by level. For each
   subgraph, an H-ILP instance is built over its children units (plus a virtual *loss* node for
   layers, App. B.2: it stands for "the rest of the graph" between forward and backward), and
@@ -30,6 +32,15 @@ How the pieces fit:
   :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
   the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
   and the top solved again.
+- **When the hierarchy finds nothing.** A unit holds all its outputs together, so a fixed
+  grouping can rule out every schedule within a tight budget. The top then goes one level down
+  (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes), and if that
+  fails too, whole-graph solvers run in a fixed order (``FALLBACK``: greedy, then fastsa):
+  "infeasible" is only reported when none of them finds a schedule; the message says which
+  produced the result.
+- **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
+  deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
+  dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
 """
 
 from __future__ import annotations
@@ -1089,7 +1100,9 @@ class HILP(Solver):
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
             "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
-            "(every unit run once with its fastest, smallest or least-kept option is always tried)."
+            "(every unit run once with its fastest, smallest or least-kept option is always tried). "
+            "When the top H-ILP finds nothing within budget, it is solved one level down, then "
+            "greedy and fastsa run on the whole graph (the message says which result is used)."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:

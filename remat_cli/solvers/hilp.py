@@ -1137,16 +1137,19 @@ class _Solve:
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
+            inst = build_instance(ctx, top_units, with_loss=False)
         except (AssertionError, GraphError):
+            # layers whose quotient has a cycle (a pairing that does not follow the gradient
+            # flow): plain subgraphs instead
             ctx = Ctx(g, False)
             top_units = self.hierarchy(ctx)
+            inst = build_instance(ctx, top_units, with_loss=False)
         base = baseline(g)
         best: tuple[float, list[Step], int] | None = None
         if base.peak_memory <= self.budget:
             best = (base.cost, _baseline_steps(g), base.peak_memory)
             self.opt.incumbent(best[1])
         lowest = base.peak_memory
-        inst = build_instance(ctx, top_units, with_loss=False)
         resident = g.resident_bytes
         target = self.budget - resident
         # incumbents before the top ILP: every unit once with its fastest or smallest option

@@ -35,9 +35,9 @@ How the pieces fit:
 - **When the hierarchy finds nothing.** A unit holds all its outputs together, so a fixed
   grouping can rule out every schedule within a tight budget. The top then goes one level down
   (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes), and if that
-  fails too, whole-graph solvers run in a fixed order (``FALLBACK``: greedy, then fastsa):
-  "infeasible" is only reported when none of them finds a schedule; the message says which
-  produced the result.
+  fails too, whole-graph solvers run in a fixed order (``FALLBACK``: greedy, then fastsa) and
+  the cheapest schedule within budget is used: "infeasible" is only reported when none of
+  them finds one; the message says which produced the result.
 - **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
   deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
   dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
@@ -1254,9 +1254,11 @@ class _Solve:
         return None, statuses, lowest
 
     def fallback(self) -> tuple[float, list[Step], int, str] | None:
-        """Deterministic order: greedy (fast), then fastsa with the time left."""
+        """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
+        with the time left), or None."""
         from remat_cli.solvers import registry
 
+        out: tuple[float, list[Step], int, str] | None = None
         for name in FALLBACK:
             if name not in registry.names():
                 continue
@@ -1270,9 +1272,9 @@ class _Solve:
             if r.steps is None:
                 continue
             sim = simulate(self.g, r.steps)
-            if sim.peak_memory <= self.budget:
-                return sim.cost, r.steps, sim.peak_memory, name
-        return None
+            if sim.peak_memory <= self.budget and (out is None or sim.cost < out[0]):
+                out = (sim.cost, r.steps, sim.peak_memory, name)
+        return out
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

@@ -32,12 +32,13 @@ How the pieces fit:
   :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
   the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
   and the top solved again.
-- **When the hierarchy finds nothing.** A unit holds all its outputs together, so a fixed
-  grouping can rule out every schedule within a tight budget. The top then goes one level down
-  (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes), and if that
-  fails too, whole-graph solvers run in a fixed order (``FALLBACK``: greedy, then fastsa) and
-  the cheapest schedule within budget is used: "infeasible" is only reported when none of
-  them finds one; the message says which produced the result.
+- **When the hierarchy finds nothing (or little).** A unit holds all its outputs together, so
+  a fixed grouping can rule out every schedule within a tight budget. The top then goes one
+  level down (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes).
+  Whole-graph solvers then run in a fixed order (``FALLBACK``: greedy, then fastsa with the
+  15% of the time limit kept for them) and the cheapest schedule within budget is used:
+  "infeasible" is only reported when none of them finds one; the message says which
+  produced the result.
 - **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
   deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
   dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
@@ -1101,8 +1102,9 @@ class HILP(Solver):
             "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
             "(every unit run once with its fastest, smallest or least-kept option is always tried). "
-            "When the top H-ILP finds nothing within budget, it is solved one level down, then "
-            "greedy and fastsa run on the whole graph (the message says which result is used)."
+            "When the top H-ILP finds nothing within budget, it is solved one level down; greedy "
+            "and fastsa then run on the whole graph with the last 15% of the time and the cheapest "
+            "schedule is used (the message says which)."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
@@ -1179,17 +1181,19 @@ class _Solve:
         if found is not None and (best is None or found[0] < best[0]):
             best = found
             self.opt.incumbent(best[1])
-        if best is None:
-            # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
-            # keeps all its outputs together): a leaf solver on the whole graph, the framework
-            # of solvers (§3.2.1) applied at the top, before anything is called infeasible
-            fb = self.fallback()
-            if fb is not None:
-                best = fb[:3]
-                msg += f"; no H-ILP schedule within budget, {fb[3]} on the whole graph used"
-                self.opt.incumbent(best[1])
-            else:
-                msg += "; whole-graph fallback (greedy, fastsa) found none either"
+        # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
+        # keeps all its outputs together), and a top H-ILP cut short by the clock can be poor:
+        # leaf solvers on the whole graph, the framework of solvers (§3.2.1) applied at the
+        # top, compete with it, and nothing is called infeasible before they have run
+        fb = self.fallback()
+        if fb is not None and (best is None or fb[0] < best[0]):
+            best = fb[:3]
+            msg += f"; used: {fb[3]} on the whole graph (cheaper than the H-ILP's schedule or none)"
+            self.opt.incumbent(best[1])
+        elif fb is None and best is None:
+            msg += "; whole-graph greedy and fastsa found none either"
+        else:
+            msg += "; used: H-ILP"
         if best is None:
             return SolverResult(
                 steps=None,

@@ -1269,7 +1269,12 @@ class _Solve:
             solver = registry.get(name)
             if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
                 continue
-            left = None if self.limit is None else max(1.0, self.limit - self.elapsed())
+            left = None
+            if self.limit is not None:
+                # the 15% kept for this step; deterministic runs take the nominal share (fastsa
+                # sizes its iteration budget from it), others whatever the clock has left
+                left = 0.15 * self.limit if self.deterministic else self.limit - self.elapsed() - 0.5
+                left = max(0.5, left)
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers)
             opts.params = solver.defaults()
             r = solver.solve(self.g, self.budget, opts)

@@ -68,7 +68,7 @@ LOSS = "__hilp_loss__"
 #: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
 FALLBACK = ("greedy", "fastsa")
 #: the top may go one level down (units replaced by their children) up to this many times M^t
-FINER_TOP = 4
+FINER_TOP = 2
 TOKEN = "__hilp_token__"
 
 
@@ -1274,7 +1274,8 @@ class _Solve:
                 # the 15% kept for this step; deterministic runs take the nominal share (fastsa
                 # sizes its iteration budget from it), others whatever the clock has left
                 left = 0.15 * self.limit if self.deterministic else self.limit - self.elapsed() - 0.5
-                left = max(0.5, left)
+                # greedy is cheap and needs its few strategies to finish: never less than 5 s
+                left = max(5.0 if name == "greedy" else 0.5, left)
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers)
             opts.params = solver.defaults()
             r = solver.solve(self.g, self.budget, opts)

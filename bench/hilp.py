@@ -11,6 +11,7 @@ present. Usage:
 
     python3 bench/hilp.py                 # everything
     python3 bench/hilp.py --only transformer_l4,transformer_l83 --reference transformer_l4
+    python3 bench/hilp.py --only torch_unet_train --compare greedy,fastsa
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from remat_cli import generators as G  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
+from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers import registry  # noqa: E402
@@ -44,10 +46,16 @@ def graphs() -> dict[str, tuple[Graph, float]]:
         "unet_d4_c4": (G.unet(depth=4, convs=4, seed=0), 300),
         "transformer_l20": (G.transformer(layers=20, seed=0), 600),
         "unet_d8_c8": (G.unet(depth=8, convs=8, seed=0), 300),
+        "unet_d16_c12": (G.unet(depth=16, convs=12, seed=0), 600),
         "transformer_l40": (G.transformer(layers=40, seed=0), 600),
         "transformer_l83": (G.transformer(layers=83, seed=0), 600),
         "transformer_l125": (G.transformer(layers=125, seed=0), 600),
     }
+    # the ONNX training graphs of the runtime issue (phase from the importer, no grad_of)
+    for name in ("torch_mlp_train", "torch_resnet_train", "torch_transformer_train", "torch_unet_train"):
+        path = ROOT / "graphs" / f"{name}.onnx"
+        if path.exists():
+            out[name] = (from_onnx_file(path), 120)
     cm2 = MOCCASIN / "ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json"
     if cm2.exists():
         out["resnet50_train_cm2"] = (from_node_link(json.loads(cm2.read_text()), "resnet50_train"), 300)
@@ -79,10 +87,12 @@ def main() -> None:
     ap.add_argument("--reference", default="", help="graphs to also solve flat for the optimum")
     ap.add_argument("--fractions", default="0.7,0.5")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--compare", default="", help="other solvers to run on the same rows, e.g. greedy,fastsa")
     ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     refs = {s for s in args.reference.split(",") if s}
+    compare = [s for s in args.compare.split(",") if s]
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = []
     for name, (g, limit) in graphs().items():
@@ -110,6 +120,17 @@ def main() -> None:
                 else round(sched.summary.peak_memory / base.peak_memory, 5),
                 "message": res.message,
             }
+            for other in compare:
+                t1 = time.monotonic()
+                osched, ores = run_solver(g, budget, other, SolveOptions(time_limit=limit, seed=0))
+                row.setdefault("compare", {})[other] = {  # type: ignore[union-attr]
+                    "seconds": round(time.monotonic() - t1, 2),
+                    "status": ores.status,
+                    "overhead": None if osched is None else round(osched.summary.overhead, 5),
+                    "peak_fraction": None
+                    if osched is None
+                    else round(osched.summary.peak_memory / base.peak_memory, 5),
+                }
             if name in refs:
                 ref = reference(g, budget, 600)
                 row["reference"] = ref
@@ -121,7 +142,11 @@ def main() -> None:
             print(
                 f"{name:22s} {len(g.nodes):5d} {frac:4.0%} {secs:8.1f}s {res.status:10s} "
                 f"overhead {row['overhead']}  peak {row['peak_fraction']}"
-                + (f"  ref {row['reference']}" if "reference" in row else ""),
+                + (f"  ref {row['reference']}" if "reference" in row else "")
+                + "".join(
+                    f"  {k}: {v['status']} {v['overhead']} peak {v['peak_fraction']}"
+                    for k, v in row.get("compare", {}).items()  # type: ignore[union-attr]
+                ),
                 flush=True,
             )
     command = "python3 " + " ".join(sys.argv)

@@ -174,3 +174,52 @@ def test_backward_pairs_inferred_from_op_names() -> None:
         nodes.append(n.model_copy(update={"grad_of": None, "op": op}))
     g2 = Graph.model_validate(g.model_dump() | {"nodes": [n.model_dump() for n in nodes]})
     assert grad_pairs(g2) == {f"grad_f{k}": f"f{k}" for k in range(3)}
+
+
+def test_structural_pairs_on_an_onnx_training_graph() -> None:
+    """ONNX training graphs carry phase but no grad_of: every backward operator gets a forward
+    partner, and along backward edges the partner never gets deeper (gradients flow from deep
+    layers to shallow ones), which keeps the F -> loss -> B quotient acyclic."""
+    from pathlib import Path
+
+    from remat_cli.importers.onnx import from_onnx_file
+    from remat_cli.solvers.hilp import grad_pairs
+
+    g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "torch_unet_train.onnx")
+    assert all(n.grad_of is None for n in g.nodes)
+    pairs = grad_pairs(g)
+    backward = [n for n in g.nodes if n.phase == "backward"]
+    assert {n.id for n in backward} == set(pairs)
+    pos = {n: i for i, n in enumerate(g.topo_order)}
+    forward = {n.id for n in g.nodes if n.phase == "forward"}
+    assert set(pairs.values()) <= forward
+    for n in backward:
+        for v in n.inputs:
+            p = g.producer.get(v)
+            if p in pairs:
+                assert pos[pairs[n.id]] <= pos[pairs[p]]
+
+
+def test_onnx_training_graph_gets_a_schedule() -> None:
+    """Where the hierarchy's grouping rules every schedule out, the whole-graph fallback still
+    returns one (mlp_train at 70%: greedy and fastsa both reach it)."""
+    from pathlib import Path
+
+    from remat_cli.importers.onnx import from_onnx_file
+
+    g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "mlp_train.onnx")
+    budget = int(0.7 * baseline(g).peak_memory)
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=20, seed=0, workers=1))
+    assert sched is not None, res.message
+    assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_deterministic_when_ilps_hit_their_limits() -> None:
+    """With one worker and a short limit the top H-ILP cannot finish: it stops on its node limit,
+    or the clock stops it and its result is dropped; either way a seed repeats exactly."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.5 * baseline(g).peak_memory)
+    runs = [run_solver(g, budget, "hilp", SolveOptions(time_limit=4, seed=3, workers=1)) for _ in range(2)]
+    assert runs[0][0] is not None and runs[1][0] is not None
+    assert "optimal" not in (runs[0][1].message or "")  # a limit did stop the top H-ILP
+    assert runs[0][0].steps == runs[1][0].steps

@@ -11,9 +11,11 @@ How the pieces fit:
   unit is one operator. On training graphs (nodes carry ``phase`` and ``grad_of``) a
   subgraph of forward operators and the backward operators that differentiate them form a
   *layer* (App. B.1.1): compute nodes F_j and B_j sharing their options, with a *phantom node*
-  holding what option o keeps between F_j and B_j. Elsewhere (inference graphs, networkx data
-  without ``grad_of``) a subgraph is one plain compute node with options (§3.2.2, last
-  paragraph of "Training graphs" in the issue).
+  holding what option o keeps between F_j and B_j. Where ``grad_of`` is missing (ONNX training
+  graphs carry ``phase`` only) the pairing comes from the dataflow (:func:`structural_pairs`),
+  and a forward operator with several backward operators is a level-0 layer solved for its
+  own options. Elsewhere (inference graphs, networkx data without phases) a subgraph is one
+  plain compute node with options (§3.2.2).
 - **Bottom-up solving (§3.2.1).** H-Partition groups the (forward) graph level by level. For each
   subgraph, an H-ILP instance is built over its children units (plus a virtual *loss* node for
   layers, App. B.2: it stands for "the rest of the graph" between forward and backward), and
@@ -30,6 +32,16 @@ How the pieces fit:
   :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
   the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
   and the top solved again.
+- **When the hierarchy finds nothing (or little).** A unit holds all its outputs together, so
+  a fixed grouping can rule out every schedule within a tight budget. The top then goes one
+  level down (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes).
+  Whole-graph solvers then run in a fixed order (``FALLBACK``: greedy, then fastsa with the
+  15% of the time limit kept for them) and the cheapest schedule within budget is used:
+  "infeasible" is only reported when none of them finds one; the message says which
+  produced the result.
+- **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
+  deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
+  dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
 """
 
 from __future__ import annotations
@@ -53,6 +65,10 @@ from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hpartition import LevelGraph, h_partition
 
 LOSS = "__hilp_loss__"
+#: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
+FALLBACK = ("greedy", "fastsa")
+#: the top may go one level down (units replaced by their children) up to this many times M^t
+FINER_TOP = 2
 TOKEN = "__hilp_token__"
 
 
@@ -94,7 +110,8 @@ class Ctx:
 def grad_pairs(graph: Graph) -> dict[str, str]:
     """Backward node -> the forward node it differentiates: ``grad_of`` where the graph says it;
     otherwise (Checkmate/Moccasin networkx data carry ``phase`` only) the forward node whose op
-    is the backward op without its ``_backward`` suffix, when that op is unique."""
+    is the backward op without its ``_backward`` suffix, when that op is unique; otherwise (ONNX
+    training graphs: ``phase`` but neither) :func:`structural_pairs`."""
     out = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None and n.phase != "forward"}
     if out:
         return out
@@ -107,7 +124,53 @@ def grad_pairs(graph: Graph) -> dict[str, str]:
             fw = by_op.get(n.op.removesuffix("_backward"), [])
             if len(fw) == 1:
                 out[n.id] = fw[0]
-    return out
+    if out:
+        return out
+    return structural_pairs(graph)
+
+
+def structural_pairs(graph: Graph) -> dict[str, str]:
+    """Pair backward nodes with forward nodes from the dataflow alone (no names needed).
+
+    A backward chain starts where it reads layer j's activations (App. B.1.1: what a layer keeps
+    from F_j to B_j): such a node, with no paired backward predecessor, is paired with the
+    deepest forward node whose output it reads. Every other backward node continues gradients
+    and is paired with the shallowest of its backward predecessors' partners: gradients flow
+    from deep layers to shallow ones, so along every backward edge the pairing never gets
+    deeper (this keeps the F_j -> loss -> B_j quotient acyclic for chains of layers). Backward
+    nodes reading neither (e.g. a transposed weight) take the pairing of their backward
+    successors, the deepest one (so the edge to it stays monotone)."""
+    order = graph.topo_order
+    pos = {n: i for i, n in enumerate(order)}
+    nodes = graph.node_map
+    producer = graph.producer
+    forward = {n.id for n in graph.nodes if n.phase == "forward"}
+    backward = [n for n in order if nodes[n].phase not in ("forward", "loss")]
+    if not forward or not backward:
+        return {}
+    bset = set(backward)
+    depth: dict[str, float] = {}
+    for b in backward:
+        # the gradient it continues (its paired backward predecessors) decides first: a weight
+        # gradient reads layer j's *input* activation but belongs to layer j, whose output
+        # gradient it reads
+        d = min((depth[p] for v in nodes[b].inputs if (p := producer.get(v)) in bset), default=math.inf)
+        if math.isinf(d):
+            reads = [pos[p] for v in nodes[b].inputs if (p := producer.get(v)) in forward]
+            d = float(max(reads)) if reads else math.inf
+        depth[b] = d
+    succs: dict[str, list[str]] = defaultdict(list)
+    for b in backward:
+        for v in nodes[b].inputs:
+            p = producer.get(v)
+            if p in bset:
+                succs[p].append(b)
+    for b in reversed(backward):
+        if math.isinf(depth[b]):
+            ds = [depth[s] for s in succs[b] if not math.isinf(depth[s])]
+            if ds:
+                depth[b] = max(ds)
+    return {b: order[int(d)] for b, d in depth.items() if not math.isinf(d)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -779,7 +842,16 @@ def pareto(opts: list[Opt]) -> list[Opt]:
     cand = sorted(uniq.values(), key=lambda o: (o.time, o.peak, o.phantom, o.fwd, o.bwd))
     out: list[Opt] = []
     for o in cand:
-        if any(q.time <= o.time and q.peak <= o.peak and q.phantom <= o.phantom for q in out):
+        # an option needing more of the level above (a kept forward value read by the
+        # backward part, say) never dominates one that recomputes it instead
+        if any(
+            q.time <= o.time
+            and q.peak <= o.peak
+            and q.phantom <= o.phantom
+            and q.deps_f <= o.deps_f
+            and q.deps_b <= o.deps_b
+            for q in out
+        ):
             continue
         out.append(o)
     return out
@@ -817,9 +889,15 @@ class Job:
     seed: int
     deterministic: bool
     leaf_solvers: tuple[str, ...]
+    deadline: float | None = None  # epoch seconds (worker processes share the clock)
 
 
 _CTX: Ctx | None = None  # set before forking the worker processes
+
+
+#: deterministic mode: HiGHS branch-and-bound nodes per second of an ILP's share, per unit of
+#: model size (variables + rows) -- a work limit in place of the wall clock
+NODE_RATE = 2e6
 
 
 def solve_instance(
@@ -832,20 +910,41 @@ def solve_instance(
     corrections: bool = False,
     kept_budget: int | None = None,
     gap: float = 1e-4,
+    deadline: float | None = None,
 ) -> tuple[list[tuple[int, int]] | None, str]:
+    """Solve one H-ILP. With ``deterministic`` (one worker and a seed) the engine stops on work
+    done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
+    time, HiGHS on a node limit sized from ``time_limit`` and the model. The wall clock
+    (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
+    overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
+    a run found is dropped (the status says so), so that only work-limited results count."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
+    engine_options: dict[str, dict[str, Any]] = {}
+    wall = time_limit
+    if deterministic and time_limit is not None:
+        size = model.num_vars + model.num_constraints
+        nodes = max(10, int(time_limit * NODE_RATE / max(1, size)))
+        engine_options["highs"] = {"mip_max_nodes": nodes}
+        if backend == "highs":
+            wall = None if deadline is None else max(0.05, deadline - time.time())
     settings = EngineSettings(
         backend=backend,
-        time_limit=time_limit,
+        time_limit=wall,
         threads=1,
         seed=seed,
         deterministic=deterministic,
         rel_gap=gap,
+        engine_options=engine_options,
     )
     res = milp_solve(model, settings)
+    status = res.status
+    if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
+        # a solution the clock picked is not reproducible: drop it, and the deterministic
+        # fallbacks (trivial options, greedy, fastsa) stand in
+        return None, status + " (stopped by the clock: dropped for determinism)"
     if res.x is None:
-        return None, res.status
-    return decode(inst, res.x, R), res.status
+        return None, status
+    return decode(inst, res.x, R), status
 
 
 def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
@@ -877,7 +976,7 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
     for budget, kept in runs:
         # options need not be proven optimal: a 1% gap saves most of the search
         sched, _ = solve_instance(
-            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, gap=0.01
+            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, 0.01, job.deadline
         )
         if sched is not None:
             f, b = flatten(inst, sched)
@@ -1002,7 +1101,10 @@ class HILP(Solver):
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
             "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
-            "(every unit run once with its fastest, smallest or least-kept option is always tried)."
+            "(every unit run once with its fastest, smallest or least-kept option is always tried). "
+            "When the top H-ILP finds nothing within budget, it is solved one level down; greedy "
+            "and fastsa then run on the whole graph with the last 15% of the time and the cheapest "
+            "schedule is used (the message says which)."
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
@@ -1023,6 +1125,8 @@ class _Solve:
         self.backend = backend
         self.limit = options.time_limit
         self.started = time.monotonic()
+        #: the end of the ILP work (epoch seconds), leaving 15% of the limit to the fallback
+        self.deadline = None if self.limit is None else time.time() + 0.85 * self.limit
 
     def training(self) -> bool:
         """Layers apply when backward nodes name their forward node and the quotient
@@ -1035,16 +1139,19 @@ class _Solve:
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
+            inst = build_instance(ctx, top_units, with_loss=False)
         except (AssertionError, GraphError):
+            # layers whose quotient has a cycle (a pairing that does not follow the gradient
+            # flow): plain subgraphs instead
             ctx = Ctx(g, False)
             top_units = self.hierarchy(ctx)
+            inst = build_instance(ctx, top_units, with_loss=False)
         base = baseline(g)
         best: tuple[float, list[Step], int] | None = None
         if base.peak_memory <= self.budget:
             best = (base.cost, _baseline_steps(g), base.peak_memory)
             self.opt.incumbent(best[1])
         lowest = base.peak_memory
-        inst = build_instance(ctx, top_units, with_loss=False)
         resident = g.resident_bytes
         target = self.budget - resident
         # incumbents before the top ILP: every unit once with its fastest or smallest option
@@ -1055,38 +1162,38 @@ class _Solve:
             if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
                 best = (sim.cost, steps, sim.peak_memory)
                 self.opt.incumbent(steps)
-        tries = 0
-        statuses: list[str] = []
-        while tries < 4:
-            tries += 1
-            top_time = None
-            if self.limit is not None:
-                top_time = max(0.2, self.limit - self.elapsed()) * (0.8 if tries == 1 else 0.5)
-            sched, top_status = solve_instance(
-                inst, target, top_time, self.backend, self.opt.seed, self.deterministic, corrections=True
-            )
-            statuses.append(top_status)
-            if sched is None:
-                break
-            f, _ = flatten(inst, sched)
-            steps = steps_from_sequence(g, f)
-            sim = simulate(g, steps)
-            lowest = min(lowest, sim.peak_memory)
-            self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
-            if sim.peak_memory <= self.budget:
-                if best is None or sim.cost < best[0]:
-                    best = (sim.cost, steps, sim.peak_memory)
-                    self.opt.incumbent(steps)
-                break
-            # the ILP's memory model was optimistic: ask it for proportionally less
-            over = sim.peak_memory - self.budget
-            target -= max(over, int(0.02 * max(target, 1)))
-            if target <= 0:
-                break
+        found, statuses, low = self.solve_top(inst, target)
+        lowest = min(lowest, low)
         msg = (
             f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
             f"{'/'.join(statuses) or 'not run'} on {self.backend}"
         )
+        if found is None:
+            # lower levels: the top units replaced by their children (more, smaller compute
+            # nodes, so less is held together), while the instance stays of a solvable size
+            finer = [c for u in top_units for c in (u.children if u.children else [u])]
+            if len(top_units) < len(finer) <= FINER_TOP * int(self.p["max_top"]):
+                self.select(finer)
+                inst2 = build_instance(ctx, finer, with_loss=False)
+                found, statuses, low = self.solve_top(inst2, target)
+                lowest = min(lowest, low)
+                msg += f"; one level down ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+            self.opt.incumbent(best[1])
+        # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
+        # keeps all its outputs together), and a top H-ILP cut short by the clock can be poor:
+        # leaf solvers on the whole graph, the framework of solvers (§3.2.1) applied at the
+        # top, compete with it, and nothing is called infeasible before they have run
+        fb = self.fallback()
+        if fb is not None and (best is None or fb[0] < best[0]):
+            best = fb[:3]
+            msg += f"; used: {fb[3]} on the whole graph (cheaper than the H-ILP's schedule or none)"
+            self.opt.incumbent(best[1])
+        elif fb is None and best is None:
+            msg += "; whole-graph greedy and fastsa found none either"
+        else:
+            msg += "; used: H-ILP"
         if best is None:
             return SolverResult(
                 steps=None,
@@ -1103,6 +1210,81 @@ class _Solve:
             message=msg,
             params={"max_subgraph": self.p["max_subgraph"]},
         )
+
+    def solve_top(
+        self, inst: Instance, target: int
+    ) -> tuple[tuple[float, list[Step], int] | None, list[str], int]:
+        """The top H-ILP under the user's budget; when the simulated peak exceeds it (the ILP's
+        memory model is an approximation, App. B.3) the ILP budget is lowered and it is solved
+        again. Returns the schedule within budget (cost, steps, peak), the statuses and the
+        lowest simulated peak."""
+        g = self.g
+        tries = 0
+        statuses: list[str] = []
+        lowest = 1 << 62
+        while tries < 4:
+            tries += 1
+            top_time = None
+            if self.limit is not None:
+                # 15% of the limit stays for the whole-graph fallback; deterministic runs size
+                # their work limit from the nominal split, never from the clock
+                spent = 0.5 * self.limit if self.deterministic else self.elapsed()
+                top_time = max(0.2, 0.85 * self.limit - spent) * (0.8 if tries == 1 else 0.5)
+            sched, top_status = solve_instance(
+                inst,
+                target,
+                top_time,
+                self.backend,
+                self.opt.seed,
+                self.deterministic,
+                corrections=True,
+                deadline=self.deadline,
+            )
+            statuses.append(top_status)
+            if sched is None:
+                break
+            f, _ = flatten(inst, sched)
+            steps = steps_from_sequence(g, f)
+            sim = simulate(g, steps)
+            lowest = min(lowest, sim.peak_memory)
+            self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
+            if sim.peak_memory <= self.budget:
+                return (sim.cost, steps, sim.peak_memory), statuses, lowest
+            # the ILP's memory model was optimistic: ask it for proportionally less
+            over = sim.peak_memory - self.budget
+            target -= max(over, int(0.02 * max(target, 1)))
+            if target <= 0:
+                break
+        return None, statuses, lowest
+
+    def fallback(self) -> tuple[float, list[Step], int, str] | None:
+        """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
+        with the time left), or None."""
+        from remat_cli.solvers import registry
+
+        out: tuple[float, list[Step], int, str] | None = None
+        for name in FALLBACK:
+            if name not in registry.names():
+                continue
+            solver = registry.get(name)
+            if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
+                continue
+            left = None
+            if self.limit is not None:
+                # the 15% kept for this step; deterministic runs take the nominal share (fastsa
+                # sizes its iteration budget from it), others whatever the clock has left
+                left = 0.15 * self.limit if self.deterministic else self.limit - self.elapsed() - 0.5
+                # greedy is cheap and needs its few strategies to finish: never less than 5 s
+                left = max(5.0 if name == "greedy" else 0.5, left)
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers)
+            opts.params = solver.defaults()
+            r = solver.solve(self.g, self.budget, opts)
+            if r.steps is None:
+                continue
+            sim = simulate(self.g, r.steps)
+            if sim.peak_memory <= self.budget and (out is None or sim.cost < out[0]):
+                out = (sim.cost, r.steps, sim.peak_memory, name)
+        return out
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -1144,11 +1326,18 @@ class _Solve:
                 atoms[n] = atomic(ctx, n)
             return atoms[n]
 
-        n_levels = len(levels)
+        # level 0: a layer of one forward operator and several backward ones (ONNX training
+        # graphs, paired by structural_pairs) is a subgraph of its own, solved for its options;
+        # split into atoms it would leave its backward operators one by one to the top H-ILP
+        solve0 = [ui for ui, u in enumerate(units) if u.layer and len(u.bwd) > 1]
+        for ui in solve0:
+            units[ui].children = [atom(n) for n in units[ui].fwd + units[ui].bwd]
+        n_levels = len(levels) + (1 if solve0 else 0)
+        if solve0:
+            self.solve_level(ctx, units, 0, n_levels, leaf=True)
+            self.opt.progress(stage="level 0", subgraphs=len(solve0))
         for li, groups in enumerate(levels):
             new_units: list[Unit] = []
-            jobs: list[Job] = []
-            owners: list[int] = []
             for grp in groups:
                 members = [units[i] for i in grp]
                 if len(grp) == 1:
@@ -1160,57 +1349,73 @@ class _Solve:
                 u.children = [c for m in members for c in self.expand(m, atom)]
                 self.select(u.children)
                 new_units.append(u)
-            # solve the new subgraphs (one representative per class of identical ones)
-            classes: dict[tuple[Any, ...], int] = {}
-            translate: list[tuple[int, int, list[str]]] = []
-            reps: dict[int, list[str]] = {}
-            for ui, u in enumerate(new_units):
-                if u.children is None or u.options:
-                    continue
-                key, order = canonical(ctx, u)
-                if key in classes:
-                    translate.append((ui, classes[key], order))
-                    continue
-                classes[key] = ui
-                reps[ui] = order
-                owners.append(ui)
-            share = None
-            if self.limit is not None:
-                left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
-                if self.deterministic:
-                    left = self.limit * 0.5 / max(1, n_levels)
-                else:
-                    left = left / max(1, n_levels - li)
-                # building and measuring take time too: the ILPs get 70% of the share
-                share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
-            fr = _fractions(int(self.p["levels"]))
-            leaf = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if li == 0 else ()
-            for ui in owners:
-                jobs.append(
-                    Job(new_units[ui], fr, share, self.backend, self.opt.seed, self.deterministic, leaf)
-                )
-            results = self.run_jobs(ctx, jobs)
-            for ui, opts in zip(owners, results, strict=True):
-                new_units[ui].options = opts
-            for ui, rep, order in translate:
-                mapping = dict(zip(reps[rep], order, strict=True))
-                u = new_units[ui]
-                u.options = pareto(
-                    [
-                        measure(
-                            ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd)
-                        )
-                        for o in new_units[rep].options
-                    ]
-                )
+            li_all = li + (1 if solve0 else 0)
+            solved = self.solve_level(ctx, new_units, li_all, n_levels, leaf=li == 0)
             units = new_units
-            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=len(owners))
+            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=solved)
         # top units: solved subgraphs keep their options; the others stand for their operators
         top = [c for u in units for c in self.expand(u, atom)]
         done = {n for u in top for n in u.owned}
         top += [atom(n) for n in needed if n not in done]
         self.select(top)
         return top
+
+    def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
+        """Options of every unit of one level that has children and none yet (one
+        representative per class of identical subgraphs, App. C.1.1); returns how many were
+        solved."""
+        owners: list[int] = []
+        jobs: list[Job] = []
+        classes: dict[tuple[Any, ...], int] = {}
+        translate: list[tuple[int, int, list[str]]] = []
+        reps: dict[int, list[str]] = {}
+        for ui, u in enumerate(new_units):
+            if u.children is None or u.options:
+                continue
+            key, order = canonical(ctx, u)
+            if key in classes:
+                translate.append((ui, classes[key], order))
+                continue
+            classes[key] = ui
+            reps[ui] = order
+            owners.append(ui)
+        share = None
+        if self.limit is not None:
+            left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
+            if self.deterministic:
+                left = self.limit * 0.5 / max(1, n_levels)
+            else:
+                left = left / max(1, n_levels - li)
+            # building and measuring take time too: the ILPs get 70% of the share
+            share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
+        fr = _fractions(int(self.p["levels"]))
+        names = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if leaf else ()
+        for ui in owners:
+            jobs.append(
+                Job(
+                    new_units[ui],
+                    fr,
+                    share,
+                    self.backend,
+                    self.opt.seed,
+                    self.deterministic,
+                    names,
+                    self.deadline,
+                )
+            )
+        results = self.run_jobs(ctx, jobs)
+        for ui, opts in zip(owners, results, strict=True):
+            new_units[ui].options = opts
+        for ui, rep, order in translate:
+            mapping = dict(zip(reps[rep], order, strict=True))
+            u = new_units[ui]
+            u.options = pareto(
+                [
+                    measure(ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd))
+                    for o in new_units[rep].options
+                ]
+            )
+        return len(owners)
 
     @staticmethod
     def expand(u: Unit, atom: Any) -> list[Unit]:

@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--skip-backends", action="store_true")
     ap.add_argument("--skip-ablation", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "checkmate.json"))
+    ap.add_argument("--note", default="", help="how loaded the machine was, for the JSON")
     args = ap.parse_args()
     keys = args.only.split(",")
     rows: list[dict] = []
@@ -155,7 +156,7 @@ def main() -> None:
                         "cpus": os.cpu_count(),
                         "python": platform.python_version(),
                         "load_avg_at_end": os.getloadavg(),
-                        "note": "shared 2-core machine, other helpers' jobs running: times are pessimistic",
+                        "note": args.note,
                     },
                     "rows": rows,
                 },

@@ -116,6 +116,8 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(GRAPHS), help="comma-separated subset of " + ",".join(GRAPHS))
     ap.add_argument("--fractions", default="0.9,0.8")
     ap.add_argument("--free-order", action="store_true", help="also run the free-order variant on RL rows")
+    ap.add_argument("--free-order-only", action="store_true", help="only the free-order variant on RL rows")
+    ap.add_argument("--note", default="", help="how loaded the machine was, for the JSON")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "moccasin.json"))
     args = ap.parse_args()
 
@@ -126,7 +128,9 @@ def main() -> None:
     print(header, flush=True)
     for key in args.rows.split(","):
         for fraction in (float(f) for f in args.fractions.split(",")):
-            variants = [False] + ([True] if args.free_order and key.startswith("n") else [])
+            variants = [] if args.free_order_only else [False]
+            if (args.free_order or args.free_order_only) and key.startswith("n"):
+                variants.append(True)
             for free in variants:
                 row = run_row(key, fraction, args, free)
                 rows.append(row)
@@ -150,7 +154,7 @@ def main() -> None:
             "python": platform.python_version(),
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
-            "note": "shared 2-core machine, other jobs running (see load averages)",
+            "note": args.note or "see the load averages",
         },
         "rows": rows,
         "staged_rows_meeting_target": sum(1 for r in rows if r["variant"] == "staged" and r["meets_target"]),

@@ -54,21 +54,22 @@ from remat_cli.solvers.checkmate import (
 LIVE_ABOVE_T = 150
 
 
-def lp_S(cm: CheckmateModel, options: SolveOptions) -> tuple[np.ndarray | None, float | None, str]:
-    """Fractional S* (with the virtual row T) of the LP relaxation, its objective, and a note."""
+def lp_S(cm: CheckmateModel, options: SolveOptions) -> tuple[np.ndarray | None, float | None, str, str]:
+    """Fractional S* (with the virtual row T) of the LP relaxation, its objective, a note and
+    the engine's status."""
     es = EngineSettings(backend="highs", time_limit=options.remaining(), relax=True, seed=options.seed)
     try:
         res = milp_solve(cm.model, es)
     except EngineError as e:
-        return None, None, str(e)
+        return None, None, str(e), "unknown"
     if res.x is None or res.status != "optimal":
-        return None, None, f"LP relaxation: {res.status} ({res.message})"
+        return None, None, f"LP relaxation: {res.status} ({res.message})", res.status
     T = cm.stages.T
     S = np.zeros((T + 1, T))
     t, i = np.tril_indices(T + 1, -1)
     sel = t >= 1
     S[t[sel], i[sel]] = res.x[cm.S[t[sel] * (t[sel] - 1) // 2 + i[sel]]]
-    return S, cm.real_cost(res.objective), res.backend
+    return S, cm.real_cost(res.objective), res.backend, res.status
 
 
 def round_schedules(
@@ -132,8 +133,8 @@ class CheckmateLP(Solver):
             return SolverResult(steps=None, status="unknown", params=params, message=rr.note)
         # the LP at the real budget bounds the fixed-order optimum from below
         bound = None
-        if (options.remaining() is None or (options.remaining() or 0) > 0) and st.capacity >= 0:
-            _, bound, _ = lp_S(lp_model(st, memory), options)
+        if _time_for_lp(options, rr.lp_seconds) and st.capacity >= 0:
+            _, bound, _, _ = lp_S(lp_model(st, memory), options)
         msg = f"LP ({rr.note}) at {frac:g}×budget: {rr.lp_objective:.6g}"
         if rr.best is not None:
             return SolverResult(
@@ -164,6 +165,14 @@ class Rounding:
     lp_objective: float = float("nan")
     backend: str | None = None
     note: str = ""
+    lp_seconds: float = 0.0  # building and solving the first LP
+
+
+def _time_for_lp(options: SolveOptions, seconds: float) -> bool:
+    """Whether another LP like one that took `seconds` (model build included: it cannot be cut
+    short, which on RL n1000 alone takes minutes) fits in the time left."""
+    left = options.remaining()
+    return left is None or left > seconds
 
 
 def lp_model(st: Stages, memory: str = "auto") -> CheckmateModel:
@@ -187,11 +196,14 @@ def best_rounding(
     out = Rounding()
     tight = stages_of(graph, int(frac * budget))
     tight.capacity = max(tight.capacity, 0)
-    S_star, lp_obj, note = lp_S(lp_model(tight, memory), options)
-    if S_star is None:  # the tightened LP can be infeasible where the real budget is not
+    t0 = time.monotonic()
+    S_star, lp_obj, note, status = lp_S(lp_model(tight, memory), options)
+    out.lp_seconds = time.monotonic() - t0
+    if S_star is None and status == "infeasible" and _time_for_lp(options, out.lp_seconds):
+        # the tightened LP can be infeasible where the real budget is not
         st = stages_of(graph, budget)
         if st.capacity >= 0:
-            S_star, lp_obj, note = lp_S(lp_model(st, memory), options)
+            S_star, lp_obj, note, _ = lp_S(lp_model(st, memory), options)
     out.note = note
     if S_star is None:
         return out

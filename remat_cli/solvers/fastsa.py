@@ -401,7 +401,8 @@ class FastSA(Solver):
             expand(base_prob, best2.low.order) if best2.low.order is not None else None,
             expand(base_prob, state2.order()),
         ]
-        chosen = run.choose([c for c in candidates if c is not None])
+        polished = [run.polish(base_prob, c) for c in candidates if c is not None]
+        chosen = run.choose(polished)
         steps, peak, cost = chosen
         msg = f"{run.iterations} iterations{capped}"
         if run.wall_stopped:
@@ -542,6 +543,14 @@ class _Run:
             current_cost=s.cost,
         )
 
+    def polish(self, base_prob: Problem, cand: list[int]) -> list[int]:
+        """``cand`` (NodeView indices) without its redundant computations (kernel ``polish``):
+        the peak may rise up to the budget, or not at all when the candidate is already above it."""
+        s = State(base_prob, np.array(_to_base(base_prob, cand), dtype=np.int64), 0, 4, False)
+        limit = max(self.budget, float(s.peak) + self.resident) - self.resident
+        K.polish(s.kt, s.st, limit)
+        return expand(base_prob, s.order())
+
     def choose(self, candidates: list[list[int]]) -> tuple[list[Step], int, float]:
         """The candidate the simulator finds within budget at least cost, else the lowest peak."""
         best: tuple[tuple[int, float, float], list[Step], int, float] | None = None
@@ -573,6 +582,7 @@ def _warm_up() -> None:
     s = State(prob, np.arange(2, dtype=np.int64), seed=0, log_cap=64)
     K.sa_chunk(s.kt, s.st, 16, 10.0, 0.0, 1e-9, K.OBJ_ELU, 1.0, 1.0, 1 / 3, 1 / 3, False, 0.5, 100.0, 1.0)
     K.apply_log(s.seq.copy(), s.log_t, s.log_n, 0)
+    K.polish(s.kt, s.st, 10.0)
     K.objective(1.0, 1.0, 1.0, K.OBJ_ELU, 100.0, 1.0)
 
 

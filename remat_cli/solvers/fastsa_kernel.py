@@ -577,6 +577,51 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     return it
 
 
+@njit(cache=True)
+def polish(prob, st, limit: float) -> int:  # noqa: ANN001
+    """Greedy removal of redundant computations from the final sequence; returns how many.
+
+    Not in the paper: the SA's last state may still hold copies that are never needed (free to
+    run, e.g. zero-cost reshapes, so the cold stage has no reason to drop them) or whose removal
+    would now keep M(S) within ``limit`` (kernel units, without the resident bytes). Every
+    occupied slot of a node that runs more than once is tried, the costliest first, by the
+    remove mutation of §2.2 under its validity condition; a removal is kept when the peak stays
+    at most ``limit``, so the cost never rises and the peak never exceeds the limit. Passes repeat
+    until one removes nothing. Deterministic (no random numbers).
+    """
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    removed = 0
+    while True:
+        cand = np.empty(T, dtype=np.int64)
+        key = np.empty(T, dtype=np.float64)
+        m = 0
+        for t in range(T):
+            n = seq[t]
+            if n != NOP and (NI[n, FL] & ADDREM) and NI[n, NP] > 1:
+                cand[m] = t
+                key[m] = -cost[n] - 1e-12 * t  # costliest first, later slots first among equals
+                m += 1
+        if m == 0:
+            break
+        order = np.argsort(key[:m], kind="mergesort")
+        progress = 0
+        for i in range(m):
+            t = cand[order[i]]
+            n = seq[t]
+            if n == NOP or NI[n, NP] < 2 or not _can_remove(n, t, T, NI, PU):
+                continue
+            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            if float(tz[2]) <= limit:
+                progress += 1
+            else:
+                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        removed += progress
+        if progress == 0:
+            break
+    return removed
+
+
 # ---------------------------------------------------------------------------------------------
 # building a state from a sequence (initialisation, re-spacing, and the tests' full recomputation)
 

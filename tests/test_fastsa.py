@@ -167,3 +167,59 @@ def test_same_seed_same_schedule_other_seed_differs() -> None:
     assert runs[0] is not None and runs[1] is not None and runs[2] is not None
     assert runs[0].steps == runs[1].steps
     assert runs[0].steps != runs[2].steps
+
+
+@pytest.mark.parametrize("graph_name", ["layered", "unet"])
+def test_rotation_equals_add_then_remove(graph_name: str) -> None:
+    """The in-place rotation (_move) leaves the same sequence, lists, peak and cost as the add and
+    the remove it replaces, and as a rebuild from the sequence, over random valid rotations
+    (the logaddexp tree too, on unet)."""
+    g = GRAPHS[graph_name]
+    prob = F.original_problem(g.node_view)
+    lse = graph_name == "unet"
+    a = F.State(prob, np.arange(prob.size), seed=0, log_cap=8, lse=lse)
+    b = F.State(prob, np.arange(prob.size), seed=0, log_cap=8, lse=lse)
+    rng = np.random.default_rng(7)
+    moved = 0
+    for _ in range(3000):
+        occupied = np.flatnonzero(a.seq >= 0)
+        t1 = int(rng.choice(occupied))
+        t2 = int(rng.integers(0, a.T))
+        n = int(a.seq[t1])
+        if not K.can_move(a.kt, a.st, n, t1, t2):
+            continue
+        K.do_move(a.kt, a.st, n, t1, t2)
+        K.do_add(b.kt, b.st, n, t2)
+        K.do_remove(b.kt, b.st, n, t1)
+        moved += 1
+        assert np.array_equal(a.seq, b.seq) and np.array_equal(a.NI, b.NI)
+        assert a.peak == b.peak and a.cost == b.cost
+        n_occ = int(a.istate[K.I_NOCC])
+        assert np.array_equal(a.occ[:n_occ], b.occ[:n_occ])
+        c = _clone_rebuilt(a)
+        assert a.peak == c.peak and np.array_equal(a.NI, c.NI)
+        for q in range(prob.size):
+            pb, ub = a.NI[q, K.PB], a.NI[q, K.UB]
+            end = ub + a.NI[q, K.NU]
+            assert np.array_equal(a.PU[pb : pb + a.NI[q, K.NP]], c.PU[pb : pb + c.NI[q, K.NP]])
+            assert np.array_equal(a.PU[ub:end], c.PU[ub:end])
+        if lse:
+            assert a.lz[2] == pytest.approx(c.lz[2], rel=1e-9, abs=1e-6)
+    assert moved > 150
+
+
+def test_polish_removes_only_redundant_copies() -> None:
+    """A sequence with every node run twice in a row polishes down to one run each (nothing
+    needs the copies), never above the limit, and stays a valid schedule of the same graph."""
+    g = GRAPHS["layered"]
+    nv = g.node_view
+    prob = F.original_problem(nv)
+    order = np.repeat(np.arange(prob.size), 2)
+    s = F.State(prob, order, seed=0, log_cap=8)
+    limit = float(s.peak)
+    removed = K.polish(s.kt, s.st, limit)
+    assert removed == prob.size
+    assert s.peak <= limit
+    assert sorted(s.order().tolist()) == list(range(prob.size))
+    sim = simulate(g, steps_from_sequence(g, [nv.ids[j] for j in s.order()]))
+    assert sim.recomputations == 0 and sim.peak_memory == s.peak + nv.resident

@@ -64,7 +64,7 @@ I_LEN = 7
 # random numbers: xorshift64* (own state, so a seed fixes the run whatever else uses numba RNG)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rand(rng: np.ndarray) -> np.uint64:
     x = rng[0]
     x ^= x >> np.uint64(12)
@@ -74,13 +74,13 @@ def _rand(rng: np.ndarray) -> np.uint64:
     return x * np.uint64(2685821657736338717)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _below(r: np.uint64, n: int) -> int:
     """A number in [0, n) from the top 32 bits of r (Lemire's multiply-shift, no division)."""
     return np.int64(((r >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _unit(r: np.uint64) -> float:
     return float(r >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
@@ -90,7 +90,7 @@ def _unit(r: np.uint64) -> float:
 # and the optional range-add / range-logaddexp tree (App. C.2) with the same layout
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _lae2(a: float, b: float) -> float:
     """logaddexp in base 2 (App. C.2)."""
     if a >= b:
@@ -98,7 +98,7 @@ def _lae2(a: float, b: float) -> float:
     return b + math.log2(1.0 + math.exp2(a - b))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: int, x: int) -> None:
     """Add x to A[i] for i in [lo, hi) — O(log T).
 
@@ -158,7 +158,7 @@ def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: 
             return
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
     """Add x at one leaf of the logaddexp tree only (the nop constant of App. C.2)."""
     p = t + S
@@ -172,7 +172,7 @@ def _lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
 # sorted small arrays
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _lower(a: np.ndarray, lo: int, hi: int, x: int) -> int:
     """First index i in [lo, hi) with a[i] >= x (hi if none)."""
     while lo < hi:
@@ -184,7 +184,7 @@ def _lower(a: np.ndarray, lo: int, hi: int, x: int) -> int:
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _insert(a: np.ndarray, base: int, count: int, idx: int, x: int) -> None:
     i = base + count
     while i > idx:
@@ -193,7 +193,7 @@ def _insert(a: np.ndarray, base: int, count: int, idx: int, x: int) -> None:
     a[idx] = x
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _delete(a: np.ndarray, base: int, count: int, idx: int) -> None:
     end = base + count - 1
     i = idx
@@ -206,7 +206,7 @@ def _delete(a: np.ndarray, base: int, count: int, idx: int) -> None:
 # lifetime intervals (§2.2.1)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
     """End e_k of the k-th production interval [p_k, e_k] of node q's block."""
     pb = NI[q, PB]
@@ -224,7 +224,7 @@ def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
     return p
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _locate(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> tuple[int, int, int, int, int]:
     """Where time t falls among n's productions: (PB, NP, index k of the first production >= t,
     block size, end of the production interval before it or 0 when k = 0)."""
@@ -237,7 +237,7 @@ def _locate(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> tuple[int
     return pb, npn, k, NI[n, MEM], e_prev
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
          pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
          occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
@@ -277,7 +277,7 @@ def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.n
     fstate[F_COST] += cost[n]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
             pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
             occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
@@ -319,7 +319,139 @@ def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: n
     fstate[F_COST] -= cost[n]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def _span_diff(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, m: int, ev_t: np.ndarray,
+               ev_d: np.ndarray, ne: int) -> None:  # fmt: skip
+    """Apply m times the coverage difference given as ne events (time, +1/-1 from that time on):
+    sorted, swept, and every maximal run of equal non-zero difference becomes one seg_add."""
+    for i in range(1, ne):  # insertion sort: at most 8 events
+        a, b = ev_t[i], ev_d[i]
+        j = i - 1
+        while j >= 0 and ev_t[j] > a:
+            ev_t[j + 1] = ev_t[j]
+            ev_d[j + 1] = ev_d[j]
+            j -= 1
+        ev_t[j + 1] = a
+        ev_d[j + 1] = b
+    level = 0
+    run_start = 0
+    i = 0
+    while i < ne:
+        t = ev_t[i]
+        new_level = level
+        while i < ne and ev_t[i] == t:
+            new_level += ev_d[i]
+            i += 1
+        if new_level != level:
+            if level != 0:
+                seg_add(tz, lz, lscale, S, run_start, t, level * m)
+            run_start = t
+            level = new_level
+
+
+@njit(cache=True, error_model="numpy")
+def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+          pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+          occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+          istate: np.ndarray) -> None:  # fmt: skip
+    """Rotation (mutation 3 of §2.2): node n from slot t1 to the nop slot t2.
+
+    The same state as ``_add(n, t2)`` then ``_remove(n, t1)`` (the occ bookkeeping and the cost
+    arithmetic included, so that the SA's trajectory is bit for bit the same), but when no other
+    production of n lies between t1 and t2 the production keeps its rank, so only the intervals
+    of that production and the one before it change (§2.2.1): their old and new coverage is
+    diffed and applied in one or two range-adds instead of four, and each input's use list is
+    shifted in place. Otherwise it falls back to the add and the remove.
+    """
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t1) - pb
+    if t2 > t1:
+        same = k + 1 >= npn or PU[pb + k + 1] > t2
+    else:
+        same = k == 0 or PU[pb + k - 1] < t2
+    if not same:
+        _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        _remove(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        return
+    ev_t = np.empty(8, dtype=np.int64)
+    ev_d = np.empty(8, dtype=np.int64)
+    ne = 0
+    if k > 0:
+        ev_t[0] = PU[pb + k - 1]
+        ev_d[0] = -1
+        ev_t[1] = _end(n, k - 1, NI, PU, T) + 1
+        ev_d[1] = 1
+        ne = 2
+    ev_t[ne] = t1
+    ev_d[ne] = -1
+    ev_t[ne + 1] = _end(n, k, NI, PU, T) + 1
+    ev_d[ne + 1] = 1
+    ne += 2
+    PU[pb + k] = t2
+    if k > 0:
+        ev_t[ne] = PU[pb + k - 1]
+        ev_d[ne] = 1
+        ev_t[ne + 1] = _end(n, k - 1, NI, PU, T) + 1
+        ev_d[ne + 1] = -1
+        ne += 2
+    ev_t[ne] = t2
+    ev_d[ne] = 1
+    ev_t[ne + 1] = _end(n, k, NI, PU, T) + 1
+    ev_d[ne + 1] = -1
+    ne += 2
+    _span_diff(tz, lz, lscale, S, NI[n, MEM], ev_t, ev_d, ne)
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        qb = NI[q, PB]
+        nq = NI[q, NP]
+        j1 = _lower(PU, qb, qb + nq, t1) - qb - 1
+        j2 = _lower(PU, qb, qb + nq, t2) - qb - 1
+        e1 = _end(q, j1, NI, PU, T)
+        e2 = _end(q, j2, NI, PU, T) if j2 != j1 else e1
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        a = _lower(PU, ub, ub + nu, t1)  # the use t1 itself
+        if t2 > t1:
+            while a + 1 < ub + nu and PU[a + 1] < t2:
+                PU[a] = PU[a + 1]
+                a += 1
+        else:
+            while a > ub and PU[a - 1] > t2:
+                PU[a] = PU[a - 1]
+                a -= 1
+        PU[a] = t2
+        mq = NI[q, MEM]
+        f1 = _end(q, j1, NI, PU, T)
+        if f1 != e1:
+            if f1 > e1:
+                seg_add(tz, lz, lscale, S, e1 + 1, f1 + 1, mq)
+            else:
+                seg_add(tz, lz, lscale, S, f1 + 1, e1 + 1, -mq)
+        if j2 != j1:
+            f2 = _end(q, j2, NI, PU, T)
+            if f2 > e2:
+                seg_add(tz, lz, lscale, S, e2 + 1, f2 + 1, mq)
+            elif f2 < e2:
+                seg_add(tz, lz, lscale, S, f2 + 1, e2 + 1, -mq)
+    ws = NX[n, WS]
+    if ws != 0:
+        seg_add(tz, lz, lscale, S, t2, t2 + 1, ws)
+        seg_add(tz, lz, lscale, S, t1, t1 + 1, -ws)
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t2, LSE_BIG)
+        _lse_leaf(lz, S, t1, -LSE_BIG)
+    seq[t2] = n
+    seq[t1] = NOP
+    pos = occpos[t1]
+    occ[pos] = t2
+    occpos[t2] = pos
+    occpos[t1] = -1
+    c = fstate[F_COST] + cost[n]  # as _add then _remove would round it
+    fstate[F_COST] = c - cost[n]
+
+
+@njit(cache=True, error_model="numpy")
 def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
     """_add on the packed state (for tests and callers outside the loop)."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
@@ -327,7 +459,7 @@ def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
     _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
     """_remove on the packed state."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
@@ -335,11 +467,27 @@ def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
     _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
 
 
+@njit(cache=True, error_model="numpy")
+def do_move(prob, st, n: int, t1: int, t2: int) -> None:  # noqa: ANN001
+    """_move on the packed state."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+@njit(cache=True, error_model="numpy")
+def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
+    """The §2.2 rotation condition on the packed state (t2 must also be a nop slot)."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    return seq[t2] == NOP and _can_move(n, t1, t2, T, NI, PU, pred_idx)
+
+
 # ---------------------------------------------------------------------------------------------
 # validity conditions of §2.2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
     """Add condition: every input of n is produced before time t."""
     for i in range(NI[n, PS], NI[n, PE]):
@@ -349,7 +497,7 @@ def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.n
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _no_use_between(n: int, a: int, b: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     ub = NI[n, UB]
     end = ub + NI[n, NU]
@@ -357,7 +505,7 @@ def _no_use_between(n: int, a: int, b: int, NI: np.ndarray, PU: np.ndarray) -> b
     return i >= end or PU[i] >= b
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     """Remove condition: the output of n_t is produced before t, or nothing uses it before its
     next production (and a graph output keeps at least one production)."""
@@ -373,7 +521,7 @@ def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     return _no_use_between(n, t, nxt, NI, PU)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
     """Rotation (mutation 3) = add at t2 then remove at t1; valid iff both steps are."""
     if not _inputs_ready(n, t2, NI, PU, pred_idx):
@@ -391,7 +539,7 @@ def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, 
 # objective
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0, over: float = 1.0) -> float:
     """f(S). mode 0: eq. (1) max(budget, M)·C. mode 1 (footnote 2 of §3.1):
     L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-sharp) = 0 (the paper: sharp = 100);
@@ -411,7 +559,7 @@ def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0, ove
     return M
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tuple[float, float]:
     """(exact M(S), the M used by the objective: exact, or the logaddexp soft peak)."""
     m = float(tz[2]) + resident
@@ -425,7 +573,7 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 # the SA loop (Fig. 3)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
              h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
              local: float, sharp: float, over: float) -> int:  # fmt: skip
@@ -516,8 +664,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 t2 = np.int64(r & np.uint64(mask))
             if seq[t2] != NOP or not _can_move(n, t1, t2, T, NI, PU, pred_idx):
                 continue
-            _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
-            _remove(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)  # fmt: skip
         istate[I_VALID] += 1
         m_exact, m_obj = _peak(tz, lz, resident, lscale)
         c = fstate[F_COST]
@@ -566,18 +713,14 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             elif kind == REMOVE:
                 _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
             else:
-                _add(
-                    n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
-                )
-                _remove(
-                    n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
-                )
+                _move(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
+                      istate)  # fmt: skip
     fstate[F_OBJ] = f
     fstate[F_TEMP] = h
     return it
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def polish(prob, st, limit: float) -> int:  # noqa: ANN001
     """Greedy removal of redundant computations from the final sequence; returns how many.
 
@@ -626,7 +769,7 @@ def polish(prob, st, limit: float) -> int:  # noqa: ANN001
 # building a state from a sequence (initialisation, re-spacing, and the tests' full recomputation)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rebuild(prob, st) -> None:  # noqa: ANN001
     """Recompute every derived array of st from its seq alone, in O(T + sum of intervals).
 
@@ -684,13 +827,13 @@ def rebuild(prob, st) -> None:  # noqa: ANN001
     fstate[F_COST] = c
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def apply_log(seq: np.ndarray, log_t: np.ndarray, log_n: np.ndarray, upto: int) -> None:
     for i in range(upto):
         seq[log_t[i]] = log_n[i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def spread(order: np.ndarray, T: int) -> np.ndarray:
     """Place a compact sequence evenly in T slots with nops between (App. D.4: t = i/(k+1)·T)."""
     seq = np.full(T, NOP, dtype=np.int32)

@@ -121,7 +121,7 @@ def table1(labels: list[str], fractions: list[int], time_limit: float, params: d
     return rows
 
 
-def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
+def mutation_rate(seconds: float = 10.0, local: float = 1.0) -> dict[str, Any]:
     g = load("RL n1000")
     nv = g.node_view
     budget = 0.8 * baseline(g).peak_memory
@@ -178,9 +178,7 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
     wall = time.monotonic() - wall0
     row = {
         "graph": "random_layered_n1000",
-        "proposals": "local windows (--local 1)"
-        if local
-        else "uniform over T (paper §2.2, --local 0; the solver default mixes 75% local)",
+        "proposals": PROPOSALS.get(local, f"--local {local}"),
         "iterations": iters,
         "kernel_cpu_seconds": round(kernel_cpu, 3),
         "wall_seconds": round(wall, 3),
@@ -197,6 +195,14 @@ def mutation_rate(seconds: float = 10.0, local: bool = True) -> dict[str, Any]:
         flush=True,
     )
     return row
+
+
+#: the proposal mixes the rate is measured for (the solver's ``local`` parameter)
+PROPOSALS = {
+    0.0: "uniform over T (paper §2.2, --local 0)",
+    0.75: "solver default: 75% local windows, 25% uniform (--local 0.75)",
+    1.0: "local windows only (--local 1)",
+}
 
 
 def write(name: str, **record: Any) -> Path:
@@ -231,7 +237,7 @@ def main() -> None:
     ap.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     args = ap.parse_args()
     params = {k: parse_value(v) for k, v in (p.split("=", 1) for p in args.param)}
-    rate = [mutation_rate(args.rate_seconds, local) for local in (False, True)]
+    rate = [mutation_rate(args.rate_seconds, local) for local in PROPOSALS]
     if args.rate_only:
         write(args.out or "fastsa_rate", note=args.note, rate=rate)
         return

@@ -211,14 +211,13 @@ def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
     """End e_k of the k-th production interval [p_k, e_k] of node q's block."""
     pb = NI[q, PB]
     p = PU[pb + k]
+    ub = NI[q, UB]
     if k + 1 < NI[q, NP]:
-        nxt = PU[pb + k + 1]
+        j = _lower(PU, ub, ub + NI[q, NU], PU[pb + k + 1]) - 1
     else:
         if NI[q, FL] & KEEP:
             return T - 1
-        nxt = T
-    ub = NI[q, UB]
-    j = _lower(PU, ub, ub + NI[q, NU], nxt) - 1
+        j = ub + NI[q, NU] - 1  # the last production: every use is before T, no search
     if j >= ub and PU[j] > p:
         return PU[j]
     return p

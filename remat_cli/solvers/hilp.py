@@ -70,6 +70,8 @@ FALLBACK = ("greedy", "fastsa")
 #: the top may go one level down (units replaced by their children) up to this many times M^t
 FINER_TOP = 2
 TOKEN = "__hilp_token__"
+#: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
+TOP_OPTIONS = 6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1272,11 +1274,13 @@ class _Solve:
             # nodes, so less is held together), while the instance stays of a solvable size
             finer = [c for u in top_units for c in (u.children if u.children else [u])]
             if len(top_units) < len(finer) <= FINER_TOP * int(self.p["max_top"]):
-                self.select(finer)
+                self.select(finer, TOP_OPTIONS)
                 inst2 = build_instance(ctx, finer, with_loss=False)
                 found, statuses, low = self.solve_top(inst2, target)
                 lowest = min(lowest, low)
                 msg += f"; one level down ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+        if found is not None:
+            msg += f" (its schedule: overhead {found[0] / base.cost - 1:.4f})"
         if found is not None and (best is None or found[0] < best[0]):
             best = found
             self.opt.incumbent(best[1])
@@ -1287,7 +1291,10 @@ class _Solve:
         fb = self.fallback()
         if fb is not None and (best is None or fb[0] < best[0]):
             best = fb[:3]
-            msg += f"; used: {fb[3]} on the whole graph (cheaper than the H-ILP's schedule or none)"
+            msg += (
+                f"; used: {fb[3]} on the whole graph (overhead {fb[0] / base.cost - 1:.4f}: cheaper "
+                "than the H-ILP's schedule or none)"
+            )
             self.opt.incumbent(best[1])
         elif fb is None and best is None:
             msg += "; whole-graph greedy and fastsa found none either"
@@ -1456,7 +1463,7 @@ class _Solve:
         top = [c for u in units for c in self.expand(u, atom)]
         done = {n for u in top for n in u.owned}
         top += [atom(n) for n in needed if n not in done]
-        self.select(top)
+        self.select(top, TOP_OPTIONS)
         return top
 
     def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
@@ -1523,13 +1530,15 @@ class _Solve:
             return [u]
         return [atom(n) for n in u.fwd + u.bwd]
 
-    def select(self, units: list[Unit]) -> None:
-        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations."""
+    def select(self, units: list[Unit], floor: int = 3) -> None:
+        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations,
+        each keeping at least `floor` (the top level, solved once and warm-started, affords
+        more: with 3 options a 25-unit top has only "keep all", "keep some", "keep nothing")."""
         n_o = int(self.p["options"])
         total = sum(u.ops for u in units if len(u.options) > 1) or 1
         for u in units:
             if len(u.options) > 1:
-                u.options = spread(u.options, max(3, round(n_o * u.ops / total)))
+                u.options = spread(u.options, max(floor, round(n_o * u.ops / total)))
 
     def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
         n = int(self.p["jobs"])

@@ -32,6 +32,12 @@ How the pieces fit:
   :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
   the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
   and the top solved again.
+- **Warm start.** Every H-ILP (units and top) starts from the *sequential* schedule over its
+  compute nodes (each once, in order) with one option per unit, chosen greedily from the
+  phantom minimum towards faster options while the H-ILP's own memory rows hold
+  (:func:`sequential_hint`). HiGHS alone often found no incumbent at all in its limits on a
+  25-unit top (the 2000-node transformer at 50%: "unknown"); started, it proves optimality
+  over the options there, and a cut-short run still returns a schedule made of options.
 - **When the hierarchy finds nothing (or little).** A unit holds all its outputs together, so
   a fixed grouping can rule out every schedule within a tight budget. The top then goes one
   level down (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes).

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,16 @@ def reference(g: Graph, budget: int, limit: float) -> dict[str, object]:
     }
 
 
+def _used(message: str) -> str:
+    m = re.search(r"used: ([\w-]+)", message)
+    return m.group(1) if m else "?"
+
+
+def _hilp_overhead(message: str) -> float | None:
+    m = re.findall(r"its schedule: overhead (-?[\d.]+)", message)
+    return min(float(x) for x in m) if m else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated graph names")
@@ -119,6 +130,9 @@ def main() -> None:
                 if sched is None
                 else round(sched.summary.peak_memory / base.peak_memory, 5),
                 "message": res.message,
+                # which schedule won, and what the H-ILP's own schedule cost (the message says)
+                "used": _used(res.message or ""),
+                "hilp_overhead": _hilp_overhead(res.message or ""),
             }
             for other in compare:
                 t1 = time.monotonic()
@@ -141,7 +155,8 @@ def main() -> None:
             rows.append(row)
             print(
                 f"{name:22s} {len(g.nodes):5d} {frac:4.0%} {secs:8.1f}s {res.status:10s} "
-                f"overhead {row['overhead']}  peak {row['peak_fraction']}"
+                f"overhead {row['overhead']}  peak {row['peak_fraction']}  used {row['used']} "
+                f"(H-ILP's own: {row['hilp_overhead']})"
                 + (f"  ref {row['reference']}" if "reference" in row else "")
                 + "".join(
                     f"  {k}: {v['status']} {v['overhead']} peak {v['peak_fraction']}"

@@ -13,7 +13,20 @@ from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solve import run_solver
 from remat_cli.solvers.base import SolveOptions
-from remat_cli.solvers.hilp import Ctx, atomic, build_instance, decode, flatten, hilp_model, measure
+from remat_cli.solvers.hilp import (
+    HILP,
+    Ctx,
+    _Solve,
+    atomic,
+    build_instance,
+    decode,
+    flatten,
+    hilp_model,
+    measure,
+    sequential_hint,
+    sequential_x,
+    trivial,
+)
 from remat_cli.solvers.hpartition import LevelGraph, h_partition, is_acyclic_quotient, is_convex, quotient
 
 
@@ -223,3 +236,32 @@ def test_deterministic_when_ilps_hit_their_limits() -> None:
     assert runs[0][0] is not None and runs[1][0] is not None
     assert "optimal" not in (runs[0][1].message or "")  # a limit did stop the top H-ILP
     assert runs[0][0].steps == runs[1][0].steps
+
+
+@pytest.mark.parametrize("with_loss", [False, True])
+def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
+    """The warm start: the sequential schedule with any option per unit satisfies every H-ILP
+    row but the memory ones (a huge budget: feasible); under a real budget the greedy start
+    meets the H-ILP's memory rows, and decoded it is the same schedule."""
+    g = G.transformer(layers=2, seed=0)
+    base = baseline(g)
+    s = _Solve(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s.p["max_top"] = 8
+    ctx = Ctx(g, True)
+    top = s.hierarchy(ctx)
+    units = next(u.children for u in top if u.children) if with_loss else top
+    inst = build_instance(ctx, units, with_loss=with_loss)
+    model, R = hilp_model(inst, 10 * base.peak_memory, corrections=True)
+    for pick in ("time", "peak", "kept"):
+        choice = [o for _, o in trivial(inst, pick)]
+        x = sequential_x(inst, model, choice)
+        assert model.violation(x) <= 1e-9, pick
+        assert decode(inst, x, R) == list(enumerate(choice))
+    tight = int(0.5 * base.peak_memory) - g.resident_bytes
+    model, R = hilp_model(inst, tight, corrections=True)
+    hint = sequential_hint(inst, model)
+    if not with_loss:
+        assert hint is not None  # the phantom minimum fits half the peak
+    if hint is not None:
+        assert model.violation(hint) <= 1e-6
+        assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))

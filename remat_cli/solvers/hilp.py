@@ -32,6 +32,12 @@ How the pieces fit:
   :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
   the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
   and the top solved again.
+- **Warm start.** Every H-ILP (units and top) starts from the *sequential* schedule over its
+  compute nodes (each once, in order) with one option per unit, chosen greedily from the
+  phantom minimum towards faster options while the H-ILP's own memory rows hold
+  (:func:`sequential_hint`). HiGHS alone often found no incumbent at all in its limits on a
+  25-unit top (the 2000-node transformer at 50%: "unknown"); started, it proves optimality
+  over the options there, and a cut-short run still returns a schedule made of options.
 - **When the hierarchy finds nothing (or little).** A unit holds all its outputs together, so
   a fixed grouping can rule out every schedule within a tight budget. The top then goes one
   level down (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes).
@@ -70,6 +76,8 @@ FALLBACK = ("greedy", "fastsa")
 #: the top may go one level down (units replaced by their children) up to this many times M^t
 FINER_TOP = 2
 TOKEN = "__hilp_token__"
+#: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
+TOP_OPTIONS = 6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -736,7 +744,101 @@ def hilp_model(
     rows.flush(m)
     m.mem_rows = [(first + r, t, k) for r, t, k in mem_rows]  # type: ignore[attr-defined]
     m.mem_scale = g  # type: ignore[attr-defined]
+    m.var_maps = (R, P, Sp, C, D)  # type: ignore[attr-defined]
     return m, R
+
+
+def sequential_x(inst: Instance, model: LinearModel, choice: Sequence[int]) -> np.ndarray:
+    """The H-ILP variables of the *sequential* schedule: phase t computes compute node t only,
+    with option ``choice[t]``; a data node stays from its producer to its last reader (under the
+    chosen options; to the end when final) and is deleted right after that reader, as the
+    linearised deletion rule of App. B.3 demands; a phantom node lives from F_j to B_j. Every
+    constraint but the memory rows holds by construction, so whether this vector is feasible
+    is whether the sequential schedule fits the H-ILP's memory model."""
+    R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
+    T = len(inst.items)
+    x = np.zeros(model.num_vars)
+    for t in range(T):
+        x[R[(t, t, choice[t])]] = 1.0
+    for d, p in enumerate(inst.producer):
+        readers = [k for k, o in inst.users[d] if o == choice[k]]
+        last = T if inst.final[d] else max(readers, default=p)
+        for t in range(p + 1, last + 1):
+            x[P[(t, d)]] = 1.0
+        x[C[(p, d)]] = 1.0
+        if last < T:
+            x[D[(last, last, d)]] = 1.0
+    for j, (f, b) in inst.layer_of.items():
+        for t in range(f + 1, b + 1):
+            x[Sp[(t, j, choice[f])]] = 1.0
+    return x
+
+
+#: most feasibility checks one sequential-hint search may make (a work limit, not a clock)
+HINT_CHECKS = 4000
+
+
+def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
+    """A feasible starting solution for the H-ILP: the sequential schedule (every compute node
+    once, in order) with one option per unit, chosen greedily. It starts from the options
+    keeping the least between forward and backward (the phantom minimum of App. B.1.1) or
+    with the smallest peak, and repeatedly switches the unit whose faster option saves the most
+    time while the H-ILP's own memory rows still hold. The engine starts from it (HiGHS:
+    setSolution), so a top H-ILP cut short by its limits still returns a schedule built from
+    the options -- and improves it by recomputing (dropping and recomputing data nodes)
+    where that pays. None when no sequential choice fits."""
+    A = model.matrix()
+    lo = model.row_lb - 1e-6
+    hi = model.row_ub + 1e-6
+    checks = 0
+
+    def per_item(cu: list[int]) -> list[int]:
+        return [0 if it.kind == "loss" else cu[it.unit] for it in inst.items]
+
+    def fits(cu: list[int]) -> np.ndarray | None:
+        nonlocal checks
+        checks += 1
+        x = sequential_x(inst, model, per_item(cu))
+        ax = A @ x
+        return x if bool(np.all(ax <= hi) and np.all(ax >= lo)) else None
+
+    units = inst.units
+    keys = (
+        lambda o: (o.phantom, o.peak, o.time),  # the phantom minimum
+        lambda o: (o.peak, o.phantom, o.time),
+    )
+    cur: list[int] | None = None
+    x: np.ndarray | None = None
+    for key in keys:
+        cu = [min(range(len(u.options)), key=lambda i, u=u: key(u.options[i])) for u in units]
+        x = fits(cu)
+        if x is not None:
+            cur = cu
+            break
+    if cur is None:
+        return None
+    while checks < HINT_CHECKS:
+        moves = sorted(
+            (
+                (units[ui].options[cur[ui]].time - o.time, ui, oi)
+                for ui, u in enumerate(units)
+                for oi, o in enumerate(u.options)
+                if o.time < units[ui].options[cur[ui]].time - 1e-12
+            ),
+            key=lambda e: (-e[0], e[1], e[2]),
+        )
+        for _, ui, oi in moves:
+            if checks >= HINT_CHECKS:
+                break
+            cand = cur.copy()
+            cand[ui] = oi
+            xc = fits(cand)
+            if xc is not None:
+                cur, x = cand, xc
+                break
+        else:
+            break
+    return x
 
 
 def decode(inst: Instance, x: np.ndarray, R: dict[tuple[int, int, int], int]) -> list[tuple[int, int]]:
@@ -919,6 +1021,7 @@ def solve_instance(
     overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
     a run found is dropped (the status says so), so that only work-limited results count."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
+    hint = sequential_hint(inst, model)
     engine_options: dict[str, dict[str, Any]] = {}
     wall = time_limit
     if deterministic and time_limit is not None:
@@ -935,15 +1038,19 @@ def solve_instance(
         deterministic=deterministic,
         rel_gap=gap,
         engine_options=engine_options,
+        hint=hint,
     )
     res = milp_solve(model, settings)
     status = res.status
     if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
-        # a solution the clock picked is not reproducible: drop it, and the deterministic
-        # fallbacks (trivial options, greedy, fastsa) stand in
-        return None, status + " (stopped by the clock: dropped for determinism)"
-    if res.x is None:
-        return None, status
+        # a solution the clock picked is not reproducible: drop it; the sequential start (a
+        # deterministic function of the options) and the fallbacks stand in
+        res.x = None
+        status += " (stopped by the clock: dropped for determinism)"
+    if res.x is None or (hint is not None and model.objective(res.x) > model.objective(hint) + 1e-9):
+        if hint is None:
+            return None, status
+        return decode(inst, hint, R), status + " (its sequential start)"
     return decode(inst, res.x, R), status
 
 
@@ -1101,7 +1208,8 @@ class HILP(Solver):
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
             "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
-            "(every unit run once with its fastest, smallest or least-kept option is always tried). "
+            "(every unit run once with its fastest, smallest or least-kept option is always tried, "
+            "and every H-ILP starts from the best such sequential schedule that fits its memory rows). "
             "When the top H-ILP finds nothing within budget, it is solved one level down; greedy "
             "and fastsa then run on the whole graph with the last 15% of the time and the cheapest "
             "schedule is used (the message says which)."
@@ -1173,11 +1281,13 @@ class _Solve:
             # nodes, so less is held together), while the instance stays of a solvable size
             finer = [c for u in top_units for c in (u.children if u.children else [u])]
             if len(top_units) < len(finer) <= FINER_TOP * int(self.p["max_top"]):
-                self.select(finer)
+                self.select(finer, TOP_OPTIONS)
                 inst2 = build_instance(ctx, finer, with_loss=False)
                 found, statuses, low = self.solve_top(inst2, target)
                 lowest = min(lowest, low)
                 msg += f"; one level down ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+        if found is not None:
+            msg += f" (its schedule: overhead {found[0] / base.cost - 1:.4f})"
         if found is not None and (best is None or found[0] < best[0]):
             best = found
             self.opt.incumbent(best[1])
@@ -1188,7 +1298,10 @@ class _Solve:
         fb = self.fallback()
         if fb is not None and (best is None or fb[0] < best[0]):
             best = fb[:3]
-            msg += f"; used: {fb[3]} on the whole graph (cheaper than the H-ILP's schedule or none)"
+            msg += (
+                f"; used: {fb[3]} on the whole graph (overhead {fb[0] / base.cost - 1:.4f}: cheaper "
+                "than the H-ILP's schedule or none)"
+            )
             self.opt.incumbent(best[1])
         elif fb is None and best is None:
             msg += "; whole-graph greedy and fastsa found none either"
@@ -1357,7 +1470,7 @@ class _Solve:
         top = [c for u in units for c in self.expand(u, atom)]
         done = {n for u in top for n in u.owned}
         top += [atom(n) for n in needed if n not in done]
-        self.select(top)
+        self.select(top, TOP_OPTIONS)
         return top
 
     def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
@@ -1424,13 +1537,15 @@ class _Solve:
             return [u]
         return [atom(n) for n in u.fwd + u.bwd]
 
-    def select(self, units: list[Unit]) -> None:
-        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations."""
+    def select(self, units: list[Unit], floor: int = 3) -> None:
+        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations,
+        each keeping at least `floor` (the top level, solved once and warm-started, affords
+        more: with 3 options a 25-unit top has only "keep all", "keep some", "keep nothing")."""
         n_o = int(self.p["options"])
         total = sum(u.ops for u in units if len(u.options) > 1) or 1
         for u in units:
             if len(u.options) > 1:
-                u.options = spread(u.options, max(3, round(n_o * u.ops / total)))
+                u.options = spread(u.options, max(floor, round(n_o * u.ops / total)))
 
     def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
         n = int(self.p["jobs"])

@@ -4,6 +4,7 @@ every schedule passes the simulator (run_solver simulates and raises on an inval
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import numpy as np
@@ -247,3 +248,30 @@ def test_incumbents_and_progress_are_reported() -> None:
     assert res.backend and "ran" in (res.message or "")
     assert sched.summary.cost > baseline(g).cost  # 80% needs recomputation
     assert np.isfinite(sched.summary.cost)
+
+
+def test_gurobi_under_the_licence_limit_or_open_engine_with_the_reason() -> None:
+    # the `test` extra installs gurobipy, whose bundled licence stops at 2,000 variables and
+    # 2,000 constraints: the diamond's model fits, a 12-layer chain's (1,755 × 4,591) does not
+    gurobi = importlib.util.find_spec("gurobipy") is not None
+    g = hand_made()["diamond"]
+    budget = budgets(g)[2]
+    cm = build_model(stages_of(g, budget))
+    assert cm.model.num_vars <= 2000 and cm.model.num_constraints <= 2000
+    got, res = _cost(g, budget, "checkmate", backend="gurobi")
+    assert got == pytest.approx(brute_force_min_cost(g, budget), abs=1e-9)
+    assert res.status == "optimal"  # type: ignore[attr-defined]
+    if gurobi:
+        assert res.backend == "gurobi" and "gurobi ran" in res.message  # type: ignore[attr-defined]
+    else:
+        assert res.backend != "gurobi"  # type: ignore[attr-defined]
+        assert "gurobi: gurobipy is not installed" in res.message  # type: ignore[attr-defined]
+    big = G.linear(12, seed=1)
+    budget = int(0.8 * baseline(big).peak_memory)
+    cm = build_model(stages_of(big, budget))
+    assert cm.model.num_constraints > 2000
+    sched, res = run_solver(big, budget, "checkmate", SolveOptions(time_limit=30, seed=0, workers=1))
+    assert sched is not None and res.status == "optimal"
+    assert res.backend == "scip" and "scip ran" in (res.message or "")
+    why = "gurobi refused the model" if gurobi else "gurobi: gurobipy is not installed"
+    assert why in (res.message or "")

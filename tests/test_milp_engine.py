@@ -85,13 +85,28 @@ def test_cpsat_refuses_fractional_models_and_falls_back() -> None:
 def test_gurobi_runs_or_falls_back_with_the_reason() -> None:
     m, opt = knapsack(n=20, seed=4)  # 20 variables: within gurobipy's size-limited pip licence
     res = solve(m, EngineSettings(backend="gurobi", rel_gap=0.0))
-    assert res.objective == pytest.approx(opt)
+    assert res.status == "optimal" and res.objective == pytest.approx(opt)
+    assert res.x is not None and m.violation(res.x) <= 1e-6
     if importlib.util.find_spec("gurobipy") is None:
         assert available_backends()["gurobi"] == (False, "gurobipy is not installed")
         assert res.backend != "gurobi"
         assert "gurobi: gurobipy is not installed" in res.message
+    else:  # the `test` extra installs gurobipy: its bundled licence takes this model
+        assert res.backend == "gurobi" and "gurobi ran" in res.message
+        assert res.bound is not None and res.bound <= opt + 1e-6
+
+
+def test_gurobi_over_the_licence_limit_falls_back_and_says_why() -> None:
+    # 2,500 variables: over the 2,000 of gurobipy's size-limited pip licence (when installed)
+    m, opt = knapsack(n=2500, seed=5)
+    res = solve(m, EngineSettings(backend="auto", rel_gap=1e-9, time_limit=60))
+    assert res.objective == pytest.approx(opt, rel=1e-6)
+    assert res.backend in ("highs", "scip", "cpsat")
+    assert f"{res.backend} ran" in res.message
+    if importlib.util.find_spec("gurobipy") is None:
+        assert "gurobi: gurobipy is not installed" in res.message
     else:
-        assert res.backend == "gurobi" or "gurobi refused the model" in res.message
+        assert "gurobi: gurobi refused the model (2500 variables" in res.message
 
 
 def test_unknown_backend_and_no_engine() -> None:

@@ -507,8 +507,10 @@ def _add_live_memory_chained(
     """
     T = st.T
     ntri = T * (T + 1) // 2
-    A = m.add_vars(ntri, lb=0.0, ub=np.inf, integer=False)
-    B = m.add_vars(ntri, lb=0.0, ub=np.inf, integer=False)
+    # A, B ≤ capacity holds in every feasible point (the memory row); the finite bound lets a
+    # Lagrangian bound (milp.engine.lagrangian_bound) price these columns
+    A = m.add_vars(ntri, lb=0.0, ub=max(cap, 0.0), integer=False)
+    B = m.add_vars(ntri, lb=0.0, ub=max(cap, 0.0), integer=False)
     in_p = np.zeros((T, T), dtype=bool)
     for t in range(T):
         in_p[t, st.preds[t]] = True

@@ -8,8 +8,13 @@ as restated in Moccasin §1.1 and FastSA App. A.1).
    then ``roundings`` seeded randomized roundings S_ti ~ Bernoulli(S*_ti).
 3. Phase two: R from S by the minimal-recompute rule (the least R with eqs. 11–12), decode the
    compute sequence with ``steps_from_sequence`` and simulate it; keep the cheapest schedule
-   whose peak is within the real budget (or, when none is, the lowest-peak one, reported as
-   infeasible).
+   whose peak is within the real budget.
+4. Beyond the paper: the ``repairs`` over-budget roundings nearest the budget are repaired with
+   the greedy checkpoint-dropping repair and the local search that build the MILP's warm start
+   (:func:`~remat_cli.solvers.checkmate.greedy_repair_S`, :func:`~remat_cli.solvers.checkmate.improve_S`);
+   when the LP gives no point at all, the baseline is repaired the same way. The rounding alone
+   misses the budget on RL n100 at 80% and RL n250 (as in the paper: 93% / 329% overhead over the
+   budget there), the repair turns those into schedules within it.
 
 The LP objective at the *real* budget is a valid lower bound on the fixed-order optimum and is
 reported as ``lower_bound`` (a second LP solve; the tightened LP is not a bound for the real
@@ -20,8 +25,15 @@ Which relaxation (``--lp-model``): the full MILP's (with the valid inequalities 
 the same MILP without FREE and U whose memory rows are the live-block bounds V2 at every compute
 instant (``build_model(memory="live")``). Every MILP solution satisfies them, so its value is
 still a lower bound; it is within 1% of the full LP's value on RL n100 (1.2024% vs 1.2115%
-overhead at 80%) and is what makes RL n250 solvable on two cores (42 s; the full LP, with dual
-simplex, barrier or PDLP, does not finish in 150 s).
+overhead at 80%).
+
+Which LP engine (``--lp-engine``): HiGHS dual simplex for the full relaxation; above 150 nodes
+OR-Tools' PDLP (first-order primal-dual, :mod:`remat_cli.milp.engine`), because simplex and
+barrier do not finish these LPs on two cores (RL n500: 1.4 M rows, 5.1 M nonzeros — HiGHS dual
+simplex and IPX both return nothing in 240 s; PDLP solves RL n250's to 10⁻³ in 28 s). PDLP's
+point is approximate, which the rounding does not mind, and its bound is the Lagrangian bound of
+its dual multipliers (``milp.engine.lagrangian_bound``): valid whether or not it converged within
+its time share, only weaker when it did not.
 """
 
 from __future__ import annotations
@@ -36,40 +48,66 @@ from remat_cli.graph import Graph
 from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends
-from remat_cli.schedule import Step, simulate
+from remat_cli.schedule import Step, baseline_steps, simulate
 from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.checkmate import (
     PAPER,
     CheckmateModel,
+    S_from_steps,
     Stages,
     build_model,
+    greedy_repair_S,
+    improve_S,
     repair_S,
     stages_of,
     steps_from_S,
 )
 
-#: above this many stages checkmate-lp relaxes the "live" model: RL n250 at 81% (T = 250) solves
-#: in 42 s with HiGHS dual simplex on the loaded 2-core machine, the full one not in 150 s
-#: (barrier / PDLP: not in 150 s either); RL n100: LP value 1.2024% vs 1.2115% overhead.
+#: above this many stages checkmate-lp relaxes the "live" model with PDLP: RL n250 at 81%
+#: (T = 250) took 42 s with HiGHS dual simplex on the loaded 2-core machine, the full model not
+#: in 150 s; RL n100: live LP value 1.2024% vs 1.2115% overhead for the full one.
 LIVE_ABOVE_T = 150
+#: PDLP's relative and absolute optimality tolerance (its default, 1e-6, costs 10× the
+#: iterations; rounding needs only a rough point and the bound is valid at any accuracy)
+PDLP_EPS = 1e-3
 
 
-def lp_S(cm: CheckmateModel, options: SolveOptions) -> tuple[np.ndarray | None, float | None, str, str]:
-    """Fractional S* (with the virtual row T) of the LP relaxation, its objective, a note and
-    the engine's status."""
-    es = EngineSettings(backend="highs", time_limit=options.remaining(), relax=True, seed=options.seed)
+@dataclass
+class LPSolution:
+    S: np.ndarray | None  # fractional S* with the virtual row T, or None
+    objective: float | None  # total compute cost at the LP point
+    bound: float | None  # a valid lower bound on the LP (and so the MILP) optimum, total cost
+    note: str  # the engine that ran, or why there is no point
+    status: str
+
+
+def lp_S(
+    cm: CheckmateModel, options: SolveOptions, engine: str = "highs", time_limit: float | None = None
+) -> LPSolution:
+    """The fractional S* of the LP relaxation on `engine` (highs or pdlp), its value and bound."""
+    es = EngineSettings(
+        backend=engine,
+        time_limit=options.remaining() if time_limit is None else time_limit,
+        relax=True,
+        seed=options.seed,
+        threads=max(1, options.workers),
+    )
+    if engine == "pdlp":
+        es.engine_options = {"pdlp": {"eps_optimal_relative": PDLP_EPS, "eps_optimal_absolute": PDLP_EPS}}
     try:
         res = milp_solve(cm.model, es)
     except EngineError as e:
-        return None, None, str(e), "unknown"
-    if res.x is None or res.status != "optimal":
-        return None, None, f"LP relaxation: {res.status} ({res.message})", res.status
+        return LPSolution(None, None, None, str(e), "unknown")
+    bound = cm.real_cost(res.bound)
+    if res.x is None or res.status not in ("optimal", "feasible"):
+        return LPSolution(None, None, bound, f"LP relaxation: {res.status} ({res.message})", res.status)
     T = cm.stages.T
     S = np.zeros((T + 1, T))
     t, i = np.tril_indices(T + 1, -1)
     sel = t >= 1
-    S[t[sel], i[sel]] = res.x[cm.S[t[sel] * (t[sel] - 1) // 2 + i[sel]]]
-    return S, cm.real_cost(res.objective), res.backend, res.status
+    S[t[sel], i[sel]] = np.clip(res.x[cm.S[t[sel] * (t[sel] - 1) // 2 + i[sel]]], 0.0, 1.0)
+    note = res.backend + (f", {res.message.split('; ')[-1]}" if res.status == "feasible" else "")
+    return LPSolution(S, cm.real_cost(res.objective), bound, note, res.status)
 
 
 def round_schedules(
@@ -109,6 +147,20 @@ class CheckmateLP(Solver):
             "~2× smaller), auto = live above 150 nodes",
             choices=("auto", "full", "live"),
         ),
+        Param(
+            "lp_engine",
+            str,
+            "auto",
+            "LP engine: highs (dual simplex), pdlp (first-order, approximate point, valid bound); "
+            "auto = pdlp above 150 nodes",
+            choices=("auto", "highs", "pdlp"),
+        ),
+        Param(
+            "repairs",
+            int,
+            4,
+            "over-budget roundings (nearest the budget first) repaired by greedy checkpoint dropping (0: off)",
+        ),
     )
 
     def availability(self) -> tuple[str, str]:  # type: ignore[override]
@@ -116,7 +168,10 @@ class CheckmateLP(Solver):
         return ("available", "") if ok else ("missing engine", why)
 
     def notes(self) -> str:
-        return "A heuristic: the rounded schedule may miss the budget; the LP value is a lower bound."
+        return (
+            "A heuristic: the rounded schedule may miss the budget (then it is repaired); the LP "
+            "value is a lower bound."
+        )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         p = self.defaults() | options.params
@@ -127,14 +182,28 @@ class CheckmateLP(Solver):
         if st.T == 0:
             return SolverResult(steps=[], status="optimal", objective=0.0, lower_bound=0.0, params=params)
         memory = str(p["lp_model"])
-        params["lp_model"] = memory
-        rr = best_rounding(graph, budget, options, frac, n_round, report=True, memory=memory)
-        if rr.best is None and rr.lowest is None:
-            return SolverResult(steps=None, status="unknown", params=params, message=rr.note)
+        engine = lp_engine(st, str(p["lp_engine"]))
+        params |= {"lp_model": memory, "lp_engine": engine, "repairs": int(p["repairs"])}
+        rr = best_rounding(
+            graph,
+            budget,
+            options,
+            frac,
+            n_round,
+            report=True,
+            memory=memory,
+            engine=engine,
+            repairs=int(p["repairs"]),
+        )
         # the LP at the real budget bounds the fixed-order optimum from below
         bound = None
-        if _time_for_lp(options, rr.lp_seconds) and st.capacity >= 0:
-            _, bound, _, _ = lp_S(lp_model(st, memory), options)
+        if st.capacity >= 0 and _time_for_lp(options, rr.lp_seconds, engine):
+            sol = lp_S(lp_model(st, memory), options, engine, time_limit=_bound_time(options))
+            bound = sol.bound
+        if rr.best is None and rr.lowest is None:
+            return SolverResult(
+                steps=None, status="unknown", params=params, lower_bound=bound, message=rr.note
+            )
         msg = f"LP ({rr.note}) at {frac:g}×budget: {rr.lp_objective:.6g}"
         if rr.best is not None:
             return SolverResult(
@@ -144,7 +213,7 @@ class CheckmateLP(Solver):
                 objective=rr.best[0],
                 lower_bound=bound,
                 params=params,
-                message=f"{msg}; best rounding: {rr.best[3]}",
+                message=f"{msg}; best: {rr.best[3]}",
             )
         assert rr.lowest is not None
         return SolverResult(
@@ -153,7 +222,7 @@ class CheckmateLP(Solver):
             backend=rr.backend,
             lower_bound=bound,
             params=params,
-            message=f"{msg}; no rounding fits the budget (lowest peak from {rr.lowest[3]})",
+            message=f"{msg}; no rounding or repair fits the budget (lowest peak from {rr.lowest[3]})",
             best_peak=rr.lowest[0],
         )
 
@@ -168,11 +237,24 @@ class Rounding:
     lp_seconds: float = 0.0  # building and solving the first LP
 
 
-def _time_for_lp(options: SolveOptions, seconds: float) -> bool:
+def _time_for_lp(options: SolveOptions, seconds: float, engine: str = "highs") -> bool:
     """Whether another LP like one that took `seconds` (model build included: it cannot be cut
-    short, which on RL n1000 alone takes minutes) fits in the time left."""
+    short) fits in the time left. PDLP stops on time with a valid bound, so it needs only the
+    build and a little solving; HiGHS needs the whole previous time again."""
     left = options.remaining()
-    return left is None or left > seconds
+    return left is None or left > (0.3 * seconds if engine == "pdlp" else seconds)
+
+
+def _bound_time(options: SolveOptions) -> float | None:
+    left = options.remaining()
+    return None if left is None else max(0.9 * left - 0.5, 0.5)
+
+
+def lp_engine(st: Stages, engine: str = "auto") -> str:
+    """``auto``: PDLP above LIVE_ABOVE_T stages, where simplex does not finish (module docstring)."""
+    if engine == "auto":
+        return "pdlp" if st.T > LIVE_ABOVE_T else "highs"
+    return engine
 
 
 def lp_model(st: Stages, memory: str = "auto") -> CheckmateModel:
@@ -191,34 +273,32 @@ def best_rounding(
     roundings: int,
     report: bool = False,
     memory: str = "auto",
+    engine: str = "auto",
+    repairs: int = 0,
 ) -> Rounding:
-    """Steps 1–3 of the module docstring: the cheapest rounded schedule within `budget`."""
+    """Steps 1–4 of the module docstring: the cheapest rounded (or repaired) schedule within
+    `budget`. With a time limit the first LP gets 40% of the time left (HiGHS cannot be cut
+    short mid-presolve, PDLP stops with its current point), the repairs 30% of what remains."""
     out = Rounding()
+    st = stages_of(graph, budget)
     tight = stages_of(graph, int(frac * budget))
     tight.capacity = max(tight.capacity, 0)
+    engine = lp_engine(st, engine)
+    left = options.remaining()
+    first = None if left is None else 0.4 * left
     t0 = time.monotonic()
-    S_star, lp_obj, note, status = lp_S(lp_model(tight, memory), options)
+    sol = lp_S(lp_model(tight, memory), options, engine, time_limit=first)
     out.lp_seconds = time.monotonic() - t0
-    if S_star is None and status == "infeasible" and _time_for_lp(options, out.lp_seconds):
+    if sol.S is None and sol.status == "infeasible" and _time_for_lp(options, out.lp_seconds, engine):
         # the tightened LP can be infeasible where the real budget is not
-        st = stages_of(graph, budget)
         if st.capacity >= 0:
-            S_star, lp_obj, note, _ = lp_S(lp_model(st, memory), options)
-    out.note = note
-    if S_star is None:
-        return out
-    out.lp_objective = float(lp_obj) if lp_obj is not None else float("nan")
-    out.backend = note
-    st = stages_of(graph, budget)
-    taus = [round(0.1 * k, 1) for k in range(1, 10)]
+            left = options.remaining()
+            sol = lp_S(lp_model(st, memory), options, engine, time_limit=None if left is None else 0.5 * left)
+    out.note = sol.note
     seen: set[bytes] = set()
-    for how, S in round_schedules(st, S_star, taus, roundings, options.seed):
-        key = np.packbits(S).tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
-        if options.time_limit is not None and (options.remaining() or 0) <= 0:
-            break
+    over: list[tuple[int, float, np.ndarray, str]] = []  # over-budget roundings: (peak, cost, S, how)
+
+    def consider(S: np.ndarray, how: str) -> None:
         steps = steps_from_S(st, S)
         sim = simulate(graph, steps)
         if sim.peak_memory <= budget and (out.best is None or sim.cost < out.best[0] - 1e-12):
@@ -226,6 +306,57 @@ def best_rounding(
             if report:
                 options.incumbent(steps)
                 options.progress(elapsed=time.monotonic() - options.started, incumbent=sim.cost)
+        elif sim.peak_memory > budget:
+            over.append((sim.peak_memory, sim.cost, S, how))
         if out.lowest is None or (sim.peak_memory, sim.cost) < (out.lowest[0], out.lowest[1]):
             out.lowest = (sim.peak_memory, sim.cost, steps, how)
+
+    if sol.S is not None:
+        out.lp_objective = float(sol.objective) if sol.objective is not None else float("nan")
+        out.backend = sol.note
+        taus = [round(0.1 * k, 1) for k in range(1, 10)]
+        for how, S in round_schedules(st, sol.S, taus, roundings, options.seed):
+            key = np.packbits(S).tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            if options.time_limit is not None and (options.remaining() or 0) <= 0:
+                break
+            consider(S, how)
+    if repairs > 0 and st.capacity >= 0:
+        _repair(st, graph, budget, options, out, over, repairs, consider, lp_ok=sol.S is not None)
     return out
+
+
+def _repair(
+    st: Stages,
+    graph: Graph,
+    budget: int,
+    options: SolveOptions,
+    out: Rounding,
+    over: list[tuple[int, float, np.ndarray, str]],
+    repairs: int,
+    consider: Any,
+    lp_ok: bool,
+) -> None:
+    """Step 4: greedy repair + local search of the over-budget roundings nearest the budget (or
+    of the baseline when the LP gave no point), each a share of 30% of the time left (30 s
+    without a limit)."""
+    left = options.remaining()
+    total = 30.0 if left is None else 0.3 * left
+    cands: list[tuple[np.ndarray, str]] = []
+    best_cost = out.best[0] if out.best is not None else float("inf")
+    for _, cost, S, how in sorted(over, key=lambda c: (c[0], c[1])):
+        if cost < best_cost - 1e-12 and len(cands) < repairs:
+            cands.append((S, how))
+    if not lp_ok or out.best is None:
+        base = S_from_steps(st, baseline_steps(graph))
+        if base is not None:
+            cands.append((base, "baseline"))
+    for S, how in cands:
+        deadline = time.monotonic() + total / len(cands)
+        fixed = greedy_repair_S(st, S, budget, deadline)
+        if fixed is None:
+            continue
+        fixed = improve_S(st, fixed, budget, max(deadline, time.monotonic() + 0.05 * total))
+        consider(fixed, f"{how} + greedy repair")

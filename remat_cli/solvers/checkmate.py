@@ -683,7 +683,9 @@ def improve_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.nda
     return S
 
 
-def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> np.ndarray | None:
+def greedy_repair_S(
+    st: Stages, S: np.ndarray, budget: int, deadline: float, max_moves: int | None = None
+) -> np.ndarray | None:
     """Greedy repair for the warm start: from an over-budget S (e.g. the baseline's), fix the
     first overflowing stage by dropping the checkpoint that removes the most of its overflow per
     unit of added recomputation, and move on to the next overflowing stage until all fit.
@@ -692,6 +694,11 @@ def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> 
     block i from stage t* up to and including its next reading stage (where minimal_R recomputes
     it); it only changes stages ≥ t* − 1 and never raises memory before t*, so the first
     overflowing stage only moves right. None when the deadline passes or no move helps.
+
+    Each move is scored by a full decode and simulation (~0.1 s at T = 250), so a step costs one
+    per checkpoint of stage t*; ``max_moves`` limits a step to that many candidates — half the
+    largest blocks, half the most memory per unit of recompute cost — which is what makes the
+    repair finish on a few hundred stages (checkmate-lp); None scores every checkpoint.
     """
     graph = st.graph
 
@@ -715,23 +722,36 @@ def greedy_repair_S(st: Stages, S: np.ndarray, budget: int, deadline: float) -> 
             return None
         t_star = int(np.flatnonzero(over)[0])
         best: tuple[float, np.ndarray] | None = None
-        for i in np.flatnonzero(S[t_star, :t_star] & st.recomputable[:t_star]):
-            S2 = S.copy()
-            tt = t_star
-            while tt < st.T and S2[tt, i]:
-                S2[tt, i] = False
-                if any(R[tt, j] for j in st.succs[i] if j <= tt):
-                    break
-                tt += 1
-            o2, c2, _, _ = evaluate(S2)
-            first2 = int(np.flatnonzero(o2)[0]) if o2.any() else st.T
-            gain = over[t_star] if first2 > t_star else over[t_star] - o2[t_star]
-            if first2 >= t_star and gain > 1e-9:
-                score = max(c2 - cost, 0.0) / gain
-                if best is None or score < best[0]:
-                    best = (score, S2)
-            if time.monotonic() >= deadline:
-                return None
+        movable = np.flatnonzero(S[t_star, :t_star] & st.recomputable[:t_star])
+        rounds = [movable]
+        if max_moves is not None and len(movable) > max_moves:
+            by_size = movable[np.argsort(-st.mem[movable], kind="stable")]
+            ratio = st.mem[movable] / (st.cost[movable] + 1e-9 * (1.0 + float(st.cost.max())))
+            by_ratio = movable[np.argsort(-ratio, kind="stable")]
+            half = max(1, max_moves // 2)
+            first = list(dict.fromkeys([*by_size[:half].tolist(), *by_ratio[: max_moves - half].tolist()]))
+            # the rest only when none of the shortlist helps
+            rounds = [np.array(first), np.setdiff1d(movable, first)]
+        for cand in rounds:
+            if best is not None:
+                break
+            for i in cand:
+                S2 = S.copy()
+                tt = t_star
+                while tt < st.T and S2[tt, i]:
+                    S2[tt, i] = False
+                    if any(R[tt, j] for j in st.succs[i] if j <= tt):
+                        break
+                    tt += 1
+                o2, c2, _, _ = evaluate(S2)
+                first2 = int(np.flatnonzero(o2)[0]) if o2.any() else st.T
+                gain = over[t_star] if first2 > t_star else over[t_star] - o2[t_star]
+                if first2 >= t_star and gain > 1e-9:
+                    score = max(c2 - cost, 0.0) / gain
+                    if best is None or score < best[0]:
+                        best = (score, S2)
+                if time.monotonic() >= deadline:
+                    return None
         if best is None:
             return None
         over, cost, S, R = evaluate(best[1])

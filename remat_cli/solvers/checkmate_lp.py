@@ -67,9 +67,15 @@ from remat_cli.solvers.checkmate import (
 #: (T = 250) took 42 s with HiGHS dual simplex on the loaded 2-core machine, the full model not
 #: in 150 s; RL n100: live LP value 1.2024% vs 1.2115% overhead for the full one.
 LIVE_ABOVE_T = 150
+#: above this many stages the LPs go to PDLP: HiGHS solves RL n250's live LP (T = 250) in
+#: 14–42 s, but not CM2's (T = 353) or RL n500's in 120–240 s (dual simplex or IPX)
+PDLP_ABOVE_T = 300
 #: PDLP's relative and absolute optimality tolerance (its default, 1e-6, costs 10× the
 #: iterations; rounding needs only a rough point and the bound is valid at any accuracy)
 PDLP_EPS = 1e-3
+#: candidate moves scored per greedy-repair step (greedy_repair_S's shortlist): scoring every
+#: checkpoint does not finish one repair of RL n250 in 120 s, the shortlist takes ~20 s
+REPAIR_MOVES = 6
 
 
 @dataclass
@@ -152,8 +158,14 @@ class CheckmateLP(Solver):
             str,
             "auto",
             "LP engine: highs (dual simplex), pdlp (first-order, approximate point, valid bound); "
-            "auto = pdlp above 150 nodes",
+            "auto = pdlp above 300 nodes",
             choices=("auto", "highs", "pdlp"),
+        ),
+        Param(
+            "retighten",
+            int,
+            3,
+            "when no rounding fits, re-solve the LP at a budget tightened by the overshoot, up to this often",
         ),
         Param(
             "repairs",
@@ -183,7 +195,12 @@ class CheckmateLP(Solver):
             return SolverResult(steps=[], status="optimal", objective=0.0, lower_bound=0.0, params=params)
         memory = str(p["lp_model"])
         engine = lp_engine(st, str(p["lp_engine"]))
-        params |= {"lp_model": memory, "lp_engine": engine, "repairs": int(p["repairs"])}
+        params |= {
+            "lp_model": memory,
+            "lp_engine": engine,
+            "retighten": int(p["retighten"]),
+            "repairs": int(p["repairs"]),
+        }
         rr = best_rounding(
             graph,
             budget,
@@ -194,12 +211,10 @@ class CheckmateLP(Solver):
             memory=memory,
             engine=engine,
             repairs=int(p["repairs"]),
+            retighten=int(p["retighten"]),
+            bound=True,
         )
-        # the LP at the real budget bounds the fixed-order optimum from below
-        bound = None
-        if st.capacity >= 0 and _time_for_lp(options, rr.lp_seconds, engine):
-            sol = lp_S(lp_model(st, memory), options, engine, time_limit=_bound_time(options))
-            bound = sol.bound
+        bound = rr.bound
         if rr.best is None and rr.lowest is None:
             return SolverResult(
                 steps=None, status="unknown", params=params, lower_bound=bound, message=rr.note
@@ -235,6 +250,7 @@ class Rounding:
     backend: str | None = None
     note: str = ""
     lp_seconds: float = 0.0  # building and solving the first LP
+    bound: float | None = None  # the LP bound at the real budget (total cost), when asked for
 
 
 def _time_for_lp(options: SolveOptions, seconds: float, engine: str = "highs") -> bool:
@@ -245,15 +261,10 @@ def _time_for_lp(options: SolveOptions, seconds: float, engine: str = "highs") -
     return left is None or left > (0.3 * seconds if engine == "pdlp" else seconds)
 
 
-def _bound_time(options: SolveOptions) -> float | None:
-    left = options.remaining()
-    return None if left is None else max(0.9 * left - 0.5, 0.5)
-
-
 def lp_engine(st: Stages, engine: str = "auto") -> str:
-    """``auto``: PDLP above LIVE_ABOVE_T stages, where simplex does not finish (module docstring)."""
+    """``auto``: PDLP above PDLP_ABOVE_T stages, where simplex does not finish (module docstring)."""
     if engine == "auto":
-        return "pdlp" if st.T > LIVE_ABOVE_T else "highs"
+        return "pdlp" if st.T > PDLP_ABOVE_T else "highs"
     return engine
 
 
@@ -275,6 +286,8 @@ def best_rounding(
     memory: str = "auto",
     engine: str = "auto",
     repairs: int = 0,
+    retighten: int = 0,
+    bound: bool = False,
 ) -> Rounding:
     """Steps 1–4 of the module docstring: the cheapest rounded (or repaired) schedule within
     `budget`. With a time limit the first LP gets 40% of the time left (HiGHS cannot be cut
@@ -311,18 +324,51 @@ def best_rounding(
         if out.lowest is None or (sim.peak_memory, sim.cost) < (out.lowest[0], out.lowest[1]):
             out.lowest = (sim.peak_memory, sim.cost, steps, how)
 
-    if sol.S is not None:
-        out.lp_objective = float(sol.objective) if sol.objective is not None else float("nan")
-        out.backend = sol.note
+    def round_all(S_star: np.ndarray, label: str) -> None:
         taus = [round(0.1 * k, 1) for k in range(1, 10)]
-        for how, S in round_schedules(st, sol.S, taus, roundings, options.seed):
+        for how, S in round_schedules(st, S_star, taus, roundings, options.seed):
             key = np.packbits(S).tobytes()
             if key in seen:
                 continue
             seen.add(key)
             if options.time_limit is not None and (options.remaining() or 0) <= 0:
                 break
-            consider(S, how)
+            consider(S, how + label)
+
+    if sol.S is not None:
+        out.lp_objective = float(sol.objective) if sol.objective is not None else float("nan")
+        out.backend = sol.note
+        round_all(sol.S, "")
+    if bound and st.capacity >= 0 and _time_for_lp(options, out.lp_seconds, engine):
+        # the LP at the real budget: its value bounds the fixed-order optimum from below, and its
+        # point is one more to round
+        left = options.remaining()
+        real = lp_S(lp_model(st, memory), options, engine, time_limit=None if left is None else 0.5 * left)
+        out.bound = real.bound
+        if real.S is not None and out.best is None:
+            round_all(real.S, " of the LP at 1×budget")
+    if sol.S is not None:
+        cur = frac
+        for _ in range(retighten):
+            # step 4a: no rounding fits — solve the LP again at a budget tightened by the
+            # overshoot of the lowest-peak rounding (each re-solve takes as long as the first)
+            if (
+                out.best is not None
+                or out.lowest is None
+                or not _time_for_lp(options, out.lp_seconds, "highs")
+            ):
+                break
+            cur *= 0.99 * budget / out.lowest[0]
+            tight = stages_of(graph, int(cur * budget))
+            if tight.capacity < 0:
+                break
+            left = options.remaining()
+            again = lp_S(
+                lp_model(tight, memory), options, engine, time_limit=None if left is None else 0.5 * left
+            )
+            if again.S is None:
+                break
+            round_all(again.S, f" of the LP at {cur:.3f}×budget")
     if repairs > 0 and st.capacity >= 0:
         _repair(st, graph, budget, options, out, over, repairs, consider, lp_ok=sol.S is not None)
     return out
@@ -340,10 +386,10 @@ def _repair(
     lp_ok: bool,
 ) -> None:
     """Step 4: greedy repair + local search of the over-budget roundings nearest the budget (or
-    of the baseline when the LP gave no point), each a share of 30% of the time left (30 s
+    of the baseline when the LP gave no point), sharing half the time left (30 s
     without a limit)."""
     left = options.remaining()
-    total = 30.0 if left is None else 0.3 * left
+    total = 30.0 if left is None else 0.5 * left
     cands: list[tuple[np.ndarray, str]] = []
     best_cost = out.best[0] if out.best is not None else float("inf")
     for _, cost, S, how in sorted(over, key=lambda c: (c[0], c[1])):
@@ -353,9 +399,11 @@ def _repair(
         base = S_from_steps(st, baseline_steps(graph))
         if base is not None:
             cands.append((base, "baseline"))
-    for S, how in cands:
-        deadline = time.monotonic() + total / len(cands)
-        fixed = greedy_repair_S(st, S, budget, deadline)
+    end = time.monotonic() + total
+    for n, (S, how) in enumerate(cands):
+        # time a candidate leaves unused goes to the next ones
+        deadline = time.monotonic() + max(end - time.monotonic(), 0.0) / (len(cands) - n)
+        fixed = greedy_repair_S(st, S, budget, deadline, max_moves=REPAIR_MOVES)
         if fixed is None:
             continue
         fixed = improve_S(st, fixed, budget, max(deadline, time.monotonic() + 0.05 * total))

@@ -275,3 +275,38 @@ def test_gurobi_under_the_licence_limit_or_open_engine_with_the_reason() -> None
     assert res.backend == "scip" and "scip ran" in (res.message or "")
     why = "gurobi refused the model" if gurobi else "gurobi: gurobipy is not installed"
     assert why in (res.message or "")
+
+
+@pytest.mark.parametrize("name,g", CASES[:6], ids=[c[0] for c in CASES[:6]])
+def test_pdlp_relaxation_bound_is_valid(name: str, g: Graph) -> None:
+    # PDLP's point is approximate; its bound is the Lagrangian bound of its dual multipliers
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        opts = SolveOptions(
+            time_limit=20, seed=1, workers=1, params={"lp_engine": "pdlp", "lp_model": "live"}
+        )
+        sched, res = run_solver(g, budget, "checkmate-lp", opts)
+        if ref is None:
+            assert res.status != "feasible"
+            continue
+        if res.lower_bound is not None:
+            assert res.lower_bound <= ref + 1e-6, (name, budget, res.lower_bound, ref)
+        if sched is not None and res.status == "feasible":
+            assert sched.summary.cost >= ref - 1e-9
+
+
+def test_repair_brings_an_over_budget_rounding_within_the_budget() -> None:
+    # a budget where every rounding of the LP point misses (the paper's procedure alone reports
+    # infeasible); the greedy repair of the nearest one fits
+    g = G.random_layered(40, seed=3)
+    lo, hi = peak_lower_bound(g), baseline(g).peak_memory
+    budget = lo + (hi - lo) // 2
+    paper = {"retighten": 0, "repairs": 0}
+    _, res = run_solver(
+        g, budget, "checkmate-lp", SolveOptions(time_limit=30, seed=0, workers=1, params=paper)
+    )
+    assert res.status == "infeasible" and res.best_peak is not None and res.best_peak > budget
+    sched, res = run_solver(g, budget, "checkmate-lp", SolveOptions(time_limit=30, seed=0, workers=1))
+    assert sched is not None and res.status == "feasible" and "greedy repair" in (res.message or "")
+    assert sched.summary.peak_memory <= budget
+    assert res.lower_bound is not None and res.lower_bound <= sched.summary.cost + 1e-9

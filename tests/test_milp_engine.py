@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from remat_cli.milp import EngineSettings, LinearModel, available_backends, solve
-from remat_cli.milp.engine import EngineError
+from remat_cli.milp.engine import EngineError, lagrangian_bound
 
 
 def knapsack(n: int = 30, seed: int = 0) -> tuple[LinearModel, float]:
@@ -115,3 +115,20 @@ def test_unknown_backend_and_no_engine() -> None:
         solve(m, EngineSettings(backend="cplex"))
     with pytest.raises(EngineError):  # CP-SAT has no LP relaxation and nothing else may run
         solve(m, EngineSettings(backend="cpsat", auto_order=("cpsat",), relax=True))
+
+
+def test_pdlp_point_and_lagrangian_bounds() -> None:
+    m, opt = knapsack(n=40, seed=6)
+    lp = solve(m, EngineSettings(backend="highs", relax=True))
+    assert lp.objective is not None
+    pd = solve(m, EngineSettings(backend="pdlp", relax=True, time_limit=20))
+    assert pd.backend == "pdlp" and pd.x is not None and pd.bound is not None
+    assert pd.bound <= lp.objective + 1e-9 <= opt + 2e-9
+    assert pd.bound == pytest.approx(lp.objective, rel=1e-3)
+    # weak duality holds for any multipliers, of either sign, on any row
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        y = rng.normal(size=m.num_constraints) * rng.choice([0.0, 0.1, 10.0])
+        assert lagrangian_bound(m, y) <= lp.objective + 1e-9
+    with pytest.raises(EngineError):  # PDLP solves LP relaxations only, and nothing else may run
+        solve(m, EngineSettings(backend="pdlp", auto_order=("pdlp",)))

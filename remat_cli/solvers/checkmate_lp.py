@@ -216,6 +216,15 @@ class CheckmateLP(Solver):
         )
         bound = rr.bound
         if rr.best is None and rr.lowest is None:
+            if rr.infeasible:
+                # the relaxation of the MILP has no point, so no schedule of this order fits
+                return SolverResult(
+                    steps=None,
+                    status="infeasible",
+                    params=params,
+                    message=f"{rr.note}: no schedule in the fixed order fits the budget",
+                    best_peak=simulate(graph, baseline_steps(graph)).peak_memory,
+                )
             return SolverResult(
                 steps=None, status="unknown", params=params, lower_bound=bound, message=rr.note
             )
@@ -251,6 +260,7 @@ class Rounding:
     note: str = ""
     lp_seconds: float = 0.0  # building and solving the first LP
     bound: float | None = None  # the LP bound at the real budget (total cost), when asked for
+    infeasible: bool = False  # the LP at the real budget is infeasible: so is every schedule
 
 
 def _time_for_lp(options: SolveOptions, seconds: float, engine: str = "highs") -> bool:
@@ -307,6 +317,7 @@ def best_rounding(
         if st.capacity >= 0:
             left = options.remaining()
             sol = lp_S(lp_model(st, memory), options, engine, time_limit=None if left is None else 0.5 * left)
+            out.infeasible = sol.status == "infeasible"
     out.note = sol.note
     seen: set[bytes] = set()
     over: list[tuple[int, float, np.ndarray, str]] = []  # over-budget roundings: (peak, cost, S, how)

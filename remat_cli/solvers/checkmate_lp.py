@@ -336,13 +336,17 @@ def best_rounding(
             out.lowest = (sim.peak_memory, sim.cost, steps, how)
 
     def round_all(S_star: np.ndarray, label: str) -> None:
+        # each rounding is decoded and simulated (~1 s at T = 500, mostly steps_from_sequence):
+        # with a time limit the sweep gets a quarter of the time left, the thresholds first
+        left = options.remaining()
+        stop = None if left is None else time.monotonic() + 0.25 * left
         taus = [round(0.1 * k, 1) for k in range(1, 10)]
         for how, S in round_schedules(st, S_star, taus, roundings, options.seed):
             key = np.packbits(S).tobytes()
             if key in seen:
                 continue
             seen.add(key)
-            if options.time_limit is not None and (options.remaining() or 0) <= 0:
+            if stop is not None and time.monotonic() >= stop:
                 break
             consider(S, how + label)
 

@@ -364,6 +364,21 @@ _HIGHS_ROW = re.compile(
 )
 
 
+def _scip_row(line: str) -> tuple[float, float | None, float | None] | None:
+    """(elapsed, dual bound, primal bound) of a SCIP node-table line
+    ("d 1.2s|  node | … | dualbound | primalbound |  gap  | compl."), else None."""
+    parts = [p.strip() for p in line.split("|")]
+    if len(parts) < 6:
+        return None
+    mt = re.match(r"^[A-Za-z*]?\s*([\d.]+)s$", parts[0])
+    if not mt:
+        return None
+    for i in range(len(parts) - 1, 2, -1):
+        if parts[i].endswith("%") or parts[i] == "Inf":
+            return float(mt.group(1)), _num(parts[i - 2]), _num(parts[i - 1])
+    return None
+
+
 def _num(tok: str) -> float | None:
     try:
         v = float(tok.rstrip("%"))
@@ -522,6 +537,20 @@ def _solve_mathopt(
         for line in lines:
             if s.on_log is not None:
                 s.on_log(line)
+            if backend == "scip" and s.on_progress is not None:
+                # SCIP's incumbents are not reported through MathOpt callbacks (see above): its
+                # node table carries the progress
+                row = _scip_row(line)
+                if row is not None:
+                    _, bound, obj = row
+                    s.on_progress(
+                        {
+                            "elapsed": time.monotonic() - t0,
+                            "objective": obj,
+                            "bound": bound,
+                            "gap": relative_gap(obj, bound),
+                        }
+                    )
             if backend == "highs" and s.on_progress is not None:
                 mt = _HIGHS_ROW.match(line)
                 if mt:

@@ -9,16 +9,24 @@ as restated in Moccasin §1.1 and FastSA App. A.1).
 3. Phase two: R from S by the minimal-recompute rule (the least R with eqs. 11–12), decode the
    compute sequence with ``steps_from_sequence`` and simulate it; keep the cheapest schedule
    whose peak is within the real budget.
-4. Beyond the paper: the ``repairs`` over-budget roundings nearest the budget are repaired with
-   the greedy checkpoint-dropping repair and the local search that build the MILP's warm start
+4. Beyond the paper, when no rounding fits: (a) ``retighten`` — solve the LP again at a budget
+   tightened by the overshoot of the lowest-peak rounding and round that point (RL n250 at 90%:
+   the threshold-0.1 rounding of the 0.9×budget LP peaks 1% over the budget, that of the
+   0.883×budget LP fits at 2.01% overhead, where the paper's rounding ends 93% over the budget);
+   (b) ``repairs`` — the over-budget roundings nearest the budget are repaired with the greedy
+   checkpoint-dropping repair and the local search that build the MILP's warm start
    (:func:`~remat_cli.solvers.checkmate.greedy_repair_S`, :func:`~remat_cli.solvers.checkmate.improve_S`);
-   when the LP gives no point at all, the baseline is repaired the same way. The rounding alone
-   misses the budget on RL n100 at 80% and RL n250 (as in the paper: 93% / 329% overhead over the
-   budget there), the repair turns those into schedules within it.
+   when the LP gives no point at all, the baseline is repaired the same way. A repaired
+   schedule fits the budget but can cost far more than the optimum (it drops checkpoints one at a
+   time): the message says which candidate won.
 
 The LP objective at the *real* budget is a valid lower bound on the fixed-order optimum and is
-reported as ``lower_bound`` (a second LP solve; the tightened LP is not a bound for the real
-budget).
+reported as ``lower_bound`` (a second LP solve, run before 4 so that it gets its time; the
+tightened LP is not a bound for the real budget). Its point is rounded too when nothing fits.
+When the LP at the real budget is infeasible, so is the budget for every schedule in this order.
+
+Time (with ``--time-limit``): the first LP 40% of the time left, the rounding sweep at most 25%
+of what remains, the bound LP half of what then remains, each re-solve half, the repairs half.
 
 Which relaxation (``--lp-model``): the full MILP's (with the valid inequalities V1/V2 of
 :mod:`remat_cli.solvers.checkmate`), or — by default above 150 nodes — a smaller relaxation of
@@ -27,13 +35,14 @@ instant (``build_model(memory="live")``). Every MILP solution satisfies them, so
 still a lower bound; it is within 1% of the full LP's value on RL n100 (1.2024% vs 1.2115%
 overhead at 80%).
 
-Which LP engine (``--lp-engine``): HiGHS dual simplex for the full relaxation; above 150 nodes
-OR-Tools' PDLP (first-order primal-dual, :mod:`remat_cli.milp.engine`), because simplex and
-barrier do not finish these LPs on two cores (RL n500: 1.4 M rows, 5.1 M nonzeros — HiGHS dual
-simplex and IPX both return nothing in 240 s; PDLP solves RL n250's to 10⁻³ in 28 s). PDLP's
-point is approximate, which the rounding does not mind, and its bound is the Lagrangian bound of
-its dual multipliers (``milp.engine.lagrangian_bound``): valid whether or not it converged within
-its time share, only weaker when it did not.
+Which LP engine (``--lp-engine``): HiGHS dual simplex up to 300 nodes (RL n250's live LP in
+14–42 s on the loaded 2-core machine); above, OR-Tools' PDLP (first-order primal-dual,
+:mod:`remat_cli.milp.engine`), because simplex and barrier do not finish these LPs on two cores
+(RL n500: 1.4 M rows, 5.1 M nonzeros — HiGHS returns nothing in 130 s, nor its IPX in 240 s;
+CM2's 0.5 M rows likewise in 120 s). PDLP's point is approximate, which the rounding does not
+mind, and its bound is the Lagrangian bound of its dual multipliers
+(``milp.engine.lagrangian_bound``): valid whether or not it converged within its time share —
+but far from the LP value when it did not (RL n500 at 120 s: no better than the baseline cost).
 """
 
 from __future__ import annotations

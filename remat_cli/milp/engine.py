@@ -662,12 +662,42 @@ def lagrangian_bound(model: LinearModel, y: np.ndarray) -> float:
 # Gurobi (optional): gurobipy matrix API
 
 
+#: the size limit of gurobipy's bundled pip licence (variables, and linear constraints)
+GUROBI_PIP_LIMIT = 2000
+_gurobi_limited: list[bool] = []  # probed once per process
+
+
+def _gurobi_size_limited() -> bool:
+    """Whether the licence gurobipy finds is the size-limited one: a model one variable over the
+    limit is refused (error 10010) at once, without building the real model."""
+    if not _gurobi_limited:
+        import gurobipy as gp
+
+        try:
+            env = gp.Env(empty=True)
+            env.setParam("OutputFlag", 0)
+            env.start()
+            probe = gp.Model("probe", env=env)
+            probe.addMVar(GUROBI_PIP_LIMIT + 1)
+            probe.optimize()
+            _gurobi_limited.append(False)
+        except gp.GurobiError as e:
+            _gurobi_limited.append(getattr(e, "errno", None) == 10010)
+    return _gurobi_limited[0]
+
+
 def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None) -> MilpResult:
     try:
         import gurobipy as gp
         from gurobipy import GRB
     except ImportError as e:
         raise EngineError("gurobipy is not installed") from e
+    if max(model.num_vars, model.num_constraints) > GUROBI_PIP_LIMIT and _gurobi_size_limited():
+        # building a large model in gurobipy takes seconds before the licence refuses it
+        raise EngineError(
+            f"gurobi refused the model ({model.num_vars} variables, {model.num_constraints} constraints): "
+            f"its size-limited licence stops at {GUROBI_PIP_LIMIT} variables and constraints"
+        )
     try:
         env = gp.Env(empty=True)
         env.setParam("OutputFlag", 0)

@@ -4,6 +4,7 @@ every schedule passes the simulator (run_solver simulates and raises on an inval
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import numpy as np
@@ -247,3 +248,65 @@ def test_incumbents_and_progress_are_reported() -> None:
     assert res.backend and "ran" in (res.message or "")
     assert sched.summary.cost > baseline(g).cost  # 80% needs recomputation
     assert np.isfinite(sched.summary.cost)
+
+
+def test_gurobi_under_the_licence_limit_or_open_engine_with_the_reason() -> None:
+    # the `test` extra installs gurobipy, whose bundled licence stops at 2,000 variables and
+    # 2,000 constraints: the diamond's model fits, a 12-layer chain's (1,755 × 4,591) does not
+    gurobi = importlib.util.find_spec("gurobipy") is not None
+    g = hand_made()["diamond"]
+    budget = budgets(g)[2]
+    cm = build_model(stages_of(g, budget))
+    assert cm.model.num_vars <= 2000 and cm.model.num_constraints <= 2000
+    got, res = _cost(g, budget, "checkmate", backend="gurobi")
+    assert got == pytest.approx(brute_force_min_cost(g, budget), abs=1e-9)
+    assert res.status == "optimal"  # type: ignore[attr-defined]
+    if gurobi:
+        assert res.backend == "gurobi" and "gurobi ran" in res.message  # type: ignore[attr-defined]
+    else:
+        assert res.backend != "gurobi"  # type: ignore[attr-defined]
+        assert "gurobi: gurobipy is not installed" in res.message  # type: ignore[attr-defined]
+    big = G.linear(12, seed=1)
+    budget = int(0.8 * baseline(big).peak_memory)
+    cm = build_model(stages_of(big, budget))
+    assert cm.model.num_constraints > 2000
+    sched, res = run_solver(big, budget, "checkmate", SolveOptions(time_limit=30, seed=0, workers=1))
+    assert sched is not None and res.status == "optimal"
+    assert res.backend == "scip" and "scip ran" in (res.message or "")
+    why = "gurobi refused the model" if gurobi else "gurobi: gurobipy is not installed"
+    assert why in (res.message or "")
+
+
+@pytest.mark.parametrize("name,g", CASES[:6], ids=[c[0] for c in CASES[:6]])
+def test_pdlp_relaxation_bound_is_valid(name: str, g: Graph) -> None:
+    # PDLP's point is approximate; its bound is the Lagrangian bound of its dual multipliers
+    for budget in budgets(g):
+        ref = brute_force_min_cost(g, budget)
+        opts = SolveOptions(
+            time_limit=20, seed=1, workers=1, params={"lp_engine": "pdlp", "lp_model": "live"}
+        )
+        sched, res = run_solver(g, budget, "checkmate-lp", opts)
+        if ref is None:
+            assert res.status != "feasible"
+            continue
+        if res.lower_bound is not None:
+            assert res.lower_bound <= ref + 1e-6, (name, budget, res.lower_bound, ref)
+        if sched is not None and res.status == "feasible":
+            assert sched.summary.cost >= ref - 1e-9
+
+
+def test_repair_brings_an_over_budget_rounding_within_the_budget() -> None:
+    # a budget where every rounding of the LP point misses (the paper's procedure alone reports
+    # infeasible); the greedy repair of the nearest one fits
+    g = G.random_layered(40, seed=3)
+    lo, hi = peak_lower_bound(g), baseline(g).peak_memory
+    budget = lo + (hi - lo) // 2
+    paper = {"retighten": 0, "repairs": 0}
+    _, res = run_solver(
+        g, budget, "checkmate-lp", SolveOptions(time_limit=30, seed=0, workers=1, params=paper)
+    )
+    assert res.status == "infeasible" and res.best_peak is not None and res.best_peak > budget
+    sched, res = run_solver(g, budget, "checkmate-lp", SolveOptions(time_limit=30, seed=0, workers=1))
+    assert sched is not None and res.status == "feasible" and "greedy repair" in (res.message or "")
+    assert sched.summary.peak_memory <= budget
+    assert res.lower_bound is not None and res.lower_bound <= sched.summary.cost + 1e-9

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from remat_cli.milp import EngineSettings, LinearModel, available_backends, solve
-from remat_cli.milp.engine import EngineError
+from remat_cli.milp.engine import EngineError, lagrangian_bound
 
 
 def knapsack(n: int = 30, seed: int = 0) -> tuple[LinearModel, float]:
@@ -85,13 +85,28 @@ def test_cpsat_refuses_fractional_models_and_falls_back() -> None:
 def test_gurobi_runs_or_falls_back_with_the_reason() -> None:
     m, opt = knapsack(n=20, seed=4)  # 20 variables: within gurobipy's size-limited pip licence
     res = solve(m, EngineSettings(backend="gurobi", rel_gap=0.0))
-    assert res.objective == pytest.approx(opt)
+    assert res.status == "optimal" and res.objective == pytest.approx(opt)
+    assert res.x is not None and m.violation(res.x) <= 1e-6
     if importlib.util.find_spec("gurobipy") is None:
         assert available_backends()["gurobi"] == (False, "gurobipy is not installed")
         assert res.backend != "gurobi"
         assert "gurobi: gurobipy is not installed" in res.message
+    else:  # the `test` extra installs gurobipy: its bundled licence takes this model
+        assert res.backend == "gurobi" and "gurobi ran" in res.message
+        assert res.bound is not None and res.bound <= opt + 1e-6
+
+
+def test_gurobi_over_the_licence_limit_falls_back_and_says_why() -> None:
+    # 2,500 variables: over the 2,000 of gurobipy's size-limited pip licence (when installed)
+    m, opt = knapsack(n=2500, seed=5)
+    res = solve(m, EngineSettings(backend="auto", rel_gap=1e-9, time_limit=60))
+    assert res.objective == pytest.approx(opt, rel=1e-6)
+    assert res.backend in ("highs", "scip", "cpsat")
+    assert f"{res.backend} ran" in res.message
+    if importlib.util.find_spec("gurobipy") is None:
+        assert "gurobi: gurobipy is not installed" in res.message
     else:
-        assert res.backend == "gurobi" or "gurobi refused the model" in res.message
+        assert "gurobi: gurobi refused the model (2500 variables" in res.message
 
 
 def test_unknown_backend_and_no_engine() -> None:
@@ -100,3 +115,20 @@ def test_unknown_backend_and_no_engine() -> None:
         solve(m, EngineSettings(backend="cplex"))
     with pytest.raises(EngineError):  # CP-SAT has no LP relaxation and nothing else may run
         solve(m, EngineSettings(backend="cpsat", auto_order=("cpsat",), relax=True))
+
+
+def test_pdlp_point_and_lagrangian_bounds() -> None:
+    m, opt = knapsack(n=40, seed=6)
+    lp = solve(m, EngineSettings(backend="highs", relax=True))
+    assert lp.objective is not None
+    pd = solve(m, EngineSettings(backend="pdlp", relax=True, time_limit=20))
+    assert pd.backend == "pdlp" and pd.x is not None and pd.bound is not None
+    assert pd.bound <= lp.objective + 1e-9 <= opt + 2e-9
+    assert pd.bound == pytest.approx(lp.objective, rel=1e-3)
+    # weak duality holds for any multipliers, of either sign, on any row
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        y = rng.normal(size=m.num_constraints) * rng.choice([0.0, 0.1, 10.0])
+        assert lagrangian_bound(m, y) <= lp.objective + 1e-9
+    with pytest.raises(EngineError):  # PDLP solves LP relaxations only, and nothing else may run
+        solve(m, EngineSettings(backend="pdlp", auto_order=("pdlp",)))

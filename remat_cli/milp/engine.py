@@ -25,7 +25,9 @@ API
     rejects ``threads`` — it is a HiGHS global — and SCIP is single-threaded), ``seed``,
     ``rel_gap`` (relative MIP gap at which a solution counts as optimal; default 1e-6),
     ``hint`` (a full vector of variable values used as the engine's starting solution),
-    ``relax`` (solve the LP relaxation: integrality dropped; HiGHS, SCIP→HiGHS, Gurobi),
+    ``relax`` (solve the LP relaxation: integrality dropped; HiGHS, SCIP→HiGHS, Gurobi, and
+    ``backend="pdlp"``: OR-Tools' first-order PDLP, for LPs too large for simplex — its point is
+    approximate, its ``bound`` the :func:`lagrangian_bound` of its dual, always valid),
     ``deterministic`` (CP-SAT: stop on a deterministic-time budget instead of wall time, so a
     seeded single-worker run is reproducible), ``on_solution(x, objective)`` called for each
     new incumbent while the engine runs (CP-SAT, SCIP and Gurobi report them; HiGHS does not
@@ -67,6 +69,10 @@ import scipy.sparse as sp
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 BACKENDS: tuple[str, ...] = ("highs", "scip", "cpsat", "gurobi")
+#: engines for LP relaxations only (``relax=True``): OR-Tools' PDLP, a first-order primal-dual
+#: method whose cost per iteration is two sparse matrix-vector products, so it scales to the
+#: 10⁶-row relaxations that simplex and barrier do not finish on two cores
+LP_BACKENDS: tuple[str, ...] = ("pdlp",)
 DEFAULT_AUTO_ORDER: tuple[str, ...] = ("gurobi", "highs", "scip", "cpsat")
 
 
@@ -279,10 +285,10 @@ def available_backends() -> dict[str, tuple[bool, str]]:
     try:
         from ortools.math_opt.core.python import solver  # noqa: F401
 
-        for b in ("highs", "scip", "cpsat"):
+        for b in ("highs", "scip", "cpsat", *LP_BACKENDS):
             out[b] = (True, "")
     except ImportError as e:  # pragma: no cover - ortools is a dependency
-        for b in ("highs", "scip", "cpsat"):
+        for b in ("highs", "scip", "cpsat", *LP_BACKENDS):
             out[b] = (False, f"ortools.math_opt unavailable: {e}")
     out["gurobi"] = _gurobi_status()
     return out
@@ -298,7 +304,7 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
     avail = available_backends()
     if s.backend == "auto":
         order = list(s.auto_order)
-    elif s.backend in BACKENDS:
+    elif s.backend in BACKENDS or s.backend in LP_BACKENDS:
         order = [s.backend] + [b for b in s.auto_order if b != s.backend]
     else:
         raise ValueError(f"unknown backend {s.backend!r} (known: auto, {', '.join(BACKENDS)})")
@@ -317,6 +323,9 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
                 continue
         if b == "cpsat" and s.relax:
             notes.append("cpsat: cannot solve an LP relaxation")
+            continue
+        if b in LP_BACKENDS and not s.relax:
+            notes.append(f"{b}: solves LP relaxations only")
             continue
         left = None if s.time_limit is None else max(0.0, s.time_limit - (time.monotonic() - t0))
         try:
@@ -342,12 +351,32 @@ _FEASIBLE = 2  # SolutionStatusProto.SOLUTION_STATUS_FEASIBLE
 #: uninterruptible presolve steps), measured on the Checkmate model of RL n250 (2.3 M nonzeros)
 #: on the loaded 2-core machine: a 5 s limit returned after 19 s on SCIP, 8 s on HiGHS
 LOAD_SECONDS_PER_NONZERO = {"scip": 6e-6, "highs": 1.5e-6}
-_MATHOPT_TYPES = {"highs": "SOLVER_TYPE_HIGHS", "scip": "SOLVER_TYPE_GSCIP", "cpsat": "SOLVER_TYPE_CP_SAT"}
+_MATHOPT_TYPES = {
+    "highs": "SOLVER_TYPE_HIGHS",
+    "scip": "SOLVER_TYPE_GSCIP",
+    "cpsat": "SOLVER_TYPE_CP_SAT",
+    "pdlp": "SOLVER_TYPE_PDLP",
+}
 
 # HiGHS MIP log: "Src Proc. InQueue | Leaves Expl. | BestBound BestSol Gap | ... Time"
 _HIGHS_ROW = re.compile(
     r"^\s*[A-Za-z]?\s+\d+\s+\d+\s+\d+\s+[\d.]+%\s+(\S+)\s+(\S+)\s+(\S+)\s.*?([\d.]+)s\s*$"
 )
+
+
+def _scip_row(line: str) -> tuple[float, float | None, float | None] | None:
+    """(elapsed, dual bound, primal bound) of a SCIP node-table line
+    ("d 1.2s|  node | … | dualbound | primalbound |  gap  | compl."), else None."""
+    parts = [p.strip() for p in line.split("|")]
+    if len(parts) < 6:
+        return None
+    mt = re.match(r"^[A-Za-z*]?\s*([\d.]+)s$", parts[0])
+    if not mt:
+        return None
+    for i in range(len(parts) - 1, 2, -1):
+        if parts[i].endswith("%") or parts[i] == "Inf":
+            return float(mt.group(1)), _num(parts[i - 2]), _num(parts[i - 1])
+    return None
 
 
 def _num(tok: str) -> float | None:
@@ -401,7 +430,7 @@ def _solve_mathopt(
     from ortools.math_opt.core.python import solver
 
     relax = s.relax
-    if relax and backend != "highs":
+    if relax and backend not in ("highs", *LP_BACKENDS):
         backend = "highs"  # SCIP's LP goes through SoPlex-less gscip; HiGHS is the LP engine here
     t_build = time.monotonic()
     proto = model_proto(model, relax=relax)
@@ -423,6 +452,8 @@ def _solve_mathopt(
             params.cp_sat.max_deterministic_time = max(0.05, 0.5 * time_left)
     elif backend == "scip":
         params.random_seed = s.seed
+    elif backend == "pdlp":
+        params.threads = max(1, s.threads)
     else:
         params.random_seed = s.seed
     if relax and s.lp_algorithm:
@@ -459,6 +490,14 @@ def _solve_mathopt(
             group[key] = val
         elif backend == "cpsat":
             setattr(params.cp_sat, key, val)
+        elif backend == "pdlp":
+            # the two tolerances of PDLP's simple optimality criterion, or PrimalDualHybridGradient
+            # parameter fields
+            if key in ("eps_optimal_relative", "eps_optimal_absolute"):
+                crit = params.pdlp.termination_criteria.simple_optimality_criteria
+                setattr(crit, key, float(val))
+            else:
+                setattr(params.pdlp, key, val)
     mparams = model_parameters_pb2.ModelSolveParametersProto()
     if s.hint is not None and not relax:
         h = mparams.solution_hints.add()
@@ -498,6 +537,20 @@ def _solve_mathopt(
         for line in lines:
             if s.on_log is not None:
                 s.on_log(line)
+            if backend == "scip" and s.on_progress is not None:
+                # SCIP's incumbents are not reported through MathOpt callbacks (see above): its
+                # node table carries the progress
+                row = _scip_row(line)
+                if row is not None:
+                    _, bound, obj = row
+                    s.on_progress(
+                        {
+                            "elapsed": time.monotonic() - t0,
+                            "objective": obj,
+                            "bound": bound,
+                            "gap": relative_gap(obj, bound),
+                        }
+                    )
             if backend == "highs" and s.on_progress is not None:
                 mt = _HIGHS_ROW.match(line)
                 if mt:
@@ -530,14 +583,29 @@ def _solve_mathopt(
     reason = result_pb2.TerminationReasonProto.Name(r.termination.reason).removeprefix("TERMINATION_REASON_")
     x = None
     obj = None
+    first_order = backend in LP_BACKENDS
+    y = None
     for sol in r.solutions:
-        if sol.HasField("primal_solution") and sol.primal_solution.feasibility_status == _FEASIBLE:
+        # PDLP's iterate is approximate (feasible within its tolerances, or the last average
+        # iterate at a limit): kept, since rounding only needs a fractional point, and the bound
+        # comes from its dual through lagrangian_bound, which is valid for any multipliers
+        if (
+            x is None
+            and sol.HasField("primal_solution")
+            and (first_order or sol.primal_solution.feasibility_status == _FEASIBLE)
+        ):
             vv = sol.primal_solution.variable_values
             x = np.zeros(model.num_vars)
             x[np.asarray(vv.ids, dtype=np.int64)] = np.asarray(vv.values)
-            obj = sol.primal_solution.objective_value
-            break
+            obj = model.objective(x) if first_order else sol.primal_solution.objective_value
+        if first_order and y is None and sol.HasField("dual_solution"):
+            dv = sol.dual_solution.dual_values
+            y = np.zeros(model.num_constraints)
+            y[np.asarray(dv.ids, dtype=np.int64)] = np.asarray(dv.values)
     bound = _num(str(r.termination.objective_bounds.dual_bound))
+    if first_order:
+        bound = lagrangian_bound(model, y) if y is not None else None
+        bound = bound if bound is not None and math.isfinite(bound) else None
     status: Status
     if reason == "OPTIMAL":
         status = "optimal"
@@ -549,11 +617,13 @@ def _solve_mathopt(
         status = "feasible"
     else:
         status = "unknown"
-    if relax and status == "optimal":
+    if relax and status == "optimal" and not first_order:
         bound = obj
     msg = "" if reason in ("OPTIMAL", "FEASIBLE", "INFEASIBLE") else f"{backend}: {reason.lower()}"
     if r.termination.detail and status not in ("optimal",):
         msg = (msg + " " if msg else "") + r.termination.detail[:200]
+    if first_order and status == "feasible":
+        msg = (msg + "; " if msg else "") + "approximate LP point"
     if x is not None and s.on_solution is not None and obj is not None and obj < best[0] - 1e-12:
         s.on_solution(x, obj)
     return MilpResult(
@@ -562,13 +632,58 @@ def _solve_mathopt(
         bound=bound,
         gap=relative_gap(obj, bound),
         x=x,
-        backend=backend + (" (lp)" if relax else ""),
+        backend=backend + (" (lp)" if relax and backend != "pdlp" else ""),
         message=msg,
+        extra={"dual": y} if y is not None else {},
     )
+
+
+def lagrangian_bound(model: LinearModel, y: np.ndarray) -> float:
+    """A valid lower bound on min c·x over the LP relaxation of `model` from any row multipliers.
+
+    For y_i > 0 the row is used as A_i x ≥ lb_i, for y_i < 0 as A_i x ≤ ub_i (a multiplier whose
+    side is unbounded is dropped); then c·x ≥ Σ y_i·side_i + Σ_j min_{lb_j ≤ x_j ≤ ub_j} d_j x_j
+    with d = c − Aᵀy. Exact weak duality, so an approximate or interrupted dual (PDLP) still
+    bounds the LP optimum — and hence the MILP's — from below; −inf when a reduced cost points at
+    an infinite variable bound.
+    """
+    rlb, rub = model.row_lb, model.row_ub
+    y = np.where(((y > 0) & ~np.isfinite(rlb)) | ((y < 0) & ~np.isfinite(rub)), 0.0, y)
+    rows = float(np.where(y > 0, y * np.where(np.isfinite(rlb), rlb, 0.0), 0.0).sum())
+    rows += float(np.where(y < 0, y * np.where(np.isfinite(rub), rub, 0.0), 0.0).sum())
+    d = model.cost - model.matrix().T @ y
+    at = np.where(d > 0, model.lb, np.where(d < 0, model.ub, 0.0))
+    if not np.all(np.isfinite(at[d != 0])):
+        return -math.inf
+    return rows + float((d * np.where(d != 0, at, 0.0)).sum()) + model.objective_offset
 
 
 # ----------------------------------------------------------------------------------------------
 # Gurobi (optional): gurobipy matrix API
+
+
+#: the size limit of gurobipy's bundled pip licence (variables, and linear constraints)
+GUROBI_PIP_LIMIT = 2000
+_gurobi_limited: list[bool] = []  # probed once per process
+
+
+def _gurobi_size_limited() -> bool:
+    """Whether the licence gurobipy finds is the size-limited one: a model one variable over the
+    limit is refused (error 10010) at once, without building the real model."""
+    if not _gurobi_limited:
+        import gurobipy as gp
+
+        try:
+            env = gp.Env(empty=True)
+            env.setParam("OutputFlag", 0)
+            env.start()
+            probe = gp.Model("probe", env=env)
+            probe.addMVar(GUROBI_PIP_LIMIT + 1)
+            probe.optimize()
+            _gurobi_limited.append(False)
+        except gp.GurobiError as e:
+            _gurobi_limited.append(getattr(e, "errno", None) == 10010)
+    return _gurobi_limited[0]
 
 
 def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None) -> MilpResult:
@@ -577,6 +692,12 @@ def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None
         from gurobipy import GRB
     except ImportError as e:
         raise EngineError("gurobipy is not installed") from e
+    if max(model.num_vars, model.num_constraints) > GUROBI_PIP_LIMIT and _gurobi_size_limited():
+        # building a large model in gurobipy takes seconds before the licence refuses it
+        raise EngineError(
+            f"gurobi refused the model ({model.num_vars} variables, {model.num_constraints} constraints): "
+            f"its size-limited licence stops at {GUROBI_PIP_LIMIT} variables and constraints"
+        )
     try:
         env = gp.Env(empty=True)
         env.setParam("OutputFlag", 0)
@@ -638,6 +759,8 @@ def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None
             bound = float(g.ObjBound)
         except (gp.GurobiError, AttributeError):
             bound = None
+        if bound is not None and not math.isfinite(bound):
+            bound = None  # infeasible or no bound yet, as MathOpt's results say it
     status: Status
     if st == GRB.OPTIMAL:
         status = "optimal"

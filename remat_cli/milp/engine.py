@@ -349,8 +349,21 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
 _FEASIBLE = 2  # SolutionStatusProto.SOLUTION_STATUS_FEASIBLE
 #: seconds an engine spends outside its own time limit per constraint nonzero (loading the model,
 #: uninterruptible presolve steps), measured on the Checkmate model of RL n250 (2.3 M nonzeros)
-#: on the loaded 2-core machine: a 5 s limit returned after 19 s on SCIP, 8 s on HiGHS
-LOAD_SECONDS_PER_NONZERO = {"scip": 6e-6, "highs": 1.5e-6}
+#: on the loaded 2-core machine: a 5 s limit returned after 19 s on SCIP, 8 s on HiGHS; PDLP on
+#: RL n1000's live LP (22.5 M nonzeros), the 2-core machine alone: a 48 s limit returned after
+#: 82 s (13 s of it the proto build), and after 61 s when the engine was given 12.5 s of it
+LOAD_SECONDS_PER_NONZERO = {"scip": 6e-6, "highs": 1.5e-6, "pdlp": 1.6e-6}
+#: building the ModelProto from the arrays (model_proto), per nonzero: 13 s for 22.5 M
+PROTO_SECONDS_PER_NONZERO = 6e-7
+
+
+def setup_seconds(model: LinearModel, backend: str) -> float:
+    """Seconds a MathOpt solve of `model` spends before and after the engine's own clock (proto
+    build, load, result transfer): a caller whose time share is below this should not start it."""
+    per = PROTO_SECONDS_PER_NONZERO + LOAD_SECONDS_PER_NONZERO.get(backend, 0.0)
+    return per * model.matrix().nnz
+
+
 _MATHOPT_TYPES = {
     "highs": "SOLVER_TYPE_HIGHS",
     "scip": "SOLVER_TYPE_GSCIP",

@@ -56,7 +56,7 @@ import numpy as np
 from remat_cli.graph import Graph
 from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
-from remat_cli.milp.engine import EngineError, available_backends
+from remat_cli.milp.engine import EngineError, available_backends, setup_seconds
 from remat_cli.schedule import Step, baseline_steps, simulate
 from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.checkmate import (
@@ -100,9 +100,13 @@ def lp_S(
     cm: CheckmateModel, options: SolveOptions, engine: str = "highs", time_limit: float | None = None
 ) -> LPSolution:
     """The fractional S* of the LP relaxation on `engine` (highs or pdlp), its value and bound."""
+    limit = options.remaining() if time_limit is None else time_limit
+    if limit is not None and setup_seconds(cm.model, engine) > 0.8 * limit:
+        # the engine would spend its whole share loading the model and overrun the time limit
+        return LPSolution(None, None, None, f"LP relaxation: no time to load it on {engine}", "unknown")
     es = EngineSettings(
         backend=engine,
-        time_limit=options.remaining() if time_limit is None else time_limit,
+        time_limit=limit,
         relax=True,
         seed=options.seed,
         threads=max(1, options.workers),

@@ -320,10 +320,18 @@ def best_rounding(
     tight = stages_of(graph, int(frac * budget))
     tight.capacity = max(tight.capacity, 0)
     engine = lp_engine(st, engine)
-    left = options.remaining()
-    first = None if left is None else 0.4 * left
     t0 = time.monotonic()
-    sol = lp_S(lp_model(tight, memory), options, engine, time_limit=first)
+    first_model = lp_model(tight, memory)
+    left = options.remaining()
+    first = None
+    if left is not None:
+        # 40% of the time left, but enough to load the model and iterate 10 s when that fits in
+        # 70% (RL n1000's PDLP spends ~50 s loading before its clock starts)
+        first = 0.4 * left
+        need = setup_seconds(first_model.model, engine) * 1.25 + 10.0
+        if first < need <= 0.7 * left:
+            first = need
+    sol = lp_S(first_model, options, engine, time_limit=first)
     out.lp_seconds = time.monotonic() - t0
     if sol.S is None and sol.status == "infeasible" and _time_for_lp(options, out.lp_seconds, engine):
         # the tightened LP can be infeasible where the real budget is not

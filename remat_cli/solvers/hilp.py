@@ -497,10 +497,14 @@ def build_instance(ctx: Ctx, units: list[Unit], with_loss: bool) -> Instance:
             indeg[s] += 1
 
     def key(k: int) -> tuple[int, int, int]:
+        # among ready items, the one the graph's own order finishes first: a forward item by
+        # its first operator, a backward one by its last (a backward block can hold operators
+        # that the order runs early, e.g. ONNX's max-pool index arithmetic; by its first one
+        # such a block would jump ahead and keep large gradients alive across it)
         it = raw[k]
-        seq = it.seqs[0]
-        first = min((ctx.pos[n] for n in seq), default=0) if seq else 0
-        return (it.side, first, k)
+        pos = [ctx.pos[n] for n in it.seqs[0]]
+        at = (max(pos) if it.side == 2 else min(pos)) if pos else 0
+        return (it.side, at, k)
 
     ready = [key(k) for k in range(n_items) if indeg[k] == 0]
     heapq.heapify(ready)

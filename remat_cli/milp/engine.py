@@ -57,6 +57,7 @@ ModelProto fill 3.6 s — against minutes through ``mathopt.Model`` Python expre
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -677,26 +678,24 @@ def lagrangian_bound(model: LinearModel, y: np.ndarray) -> float:
 
 #: the size limit of gurobipy's bundled pip licence (variables, and linear constraints)
 GUROBI_PIP_LIMIT = 2000
-_gurobi_limited: list[bool] = []  # probed once per process
 
 
+@functools.cache  # probed once per process
 def _gurobi_size_limited() -> bool:
     """Whether the licence gurobipy finds is the size-limited one: a model one variable over the
     limit is refused (error 10010) at once, without building the real model."""
-    if not _gurobi_limited:
-        import gurobipy as gp
+    import gurobipy as gp
 
-        try:
-            env = gp.Env(empty=True)
-            env.setParam("OutputFlag", 0)
-            env.start()
-            probe = gp.Model("probe", env=env)
-            probe.addMVar(GUROBI_PIP_LIMIT + 1)
-            probe.optimize()
-            _gurobi_limited.append(False)
-        except gp.GurobiError as e:
-            _gurobi_limited.append(getattr(e, "errno", None) == 10010)
-    return _gurobi_limited[0]
+    try:
+        env = gp.Env(empty=True)
+        env.setParam("OutputFlag", 0)
+        env.start()
+        probe = gp.Model("probe", env=env)
+        probe.addMVar(GUROBI_PIP_LIMIT + 1)
+        probe.optimize()
+        return False
+    except gp.GurobiError as e:
+        return getattr(e, "errno", None) == 10010
 
 
 def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None) -> MilpResult:

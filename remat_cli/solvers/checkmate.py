@@ -96,6 +96,11 @@ class Stages:
     def T(self) -> int:
         return len(self.ids)
 
+    @property
+    def base_cost(self) -> float:
+        """Every needed node once, the baseline's cost (1 when all costs are 0: it divides)."""
+        return float(self.cost.sum()) or 1.0
+
 
 def stages_of(graph: Graph, budget: int) -> Stages:
     v = graph.node_view
@@ -234,7 +239,7 @@ def build_model(
     wsp = st.ws / unit
     m = LinearModel("checkmate")
     ntri = T * (T + 1) // 2
-    base_cost = float(st.cost.sum()) or 1.0
+    base_cost = st.base_cost
     # The objective is the recomputation cost only (the first runs, R[t,t] = 1, are a constant
     # added back by real_cost): the engines' relative gap then measures the overhead, not the
     # total, and a "proved optimal" overhead of 0.03% is not 0.01% of the total away from the
@@ -1036,10 +1041,11 @@ class Checkmate(Solver):
             if cm.model.violation(x) <= 1e-6:
                 options.incumbent(steps_from_S(st, cm.S_matrix(x)))
                 inc = cm.real_cost(cm.model.objective(x))
-                base = float(st.cost.sum()) or 1.0
                 if inc is not None:  # an incumbent on the progress line before the engine starts
                     options.progress(
-                        elapsed=time.monotonic() - options.started, incumbent=inc, overhead=inc / base - 1.0
+                        elapsed=time.monotonic() - options.started,
+                        incumbent=inc,
+                        overhead=inc / st.base_cost - 1.0,
                     )
                 return x, src + " + local search"
         return None, ""
@@ -1059,7 +1065,7 @@ def run_checkmate(
     def on_solution(x: np.ndarray, obj: float) -> None:
         options.incumbent(steps_from_S(st, cm.S_matrix(x)))
 
-    base = float(st.cost.sum()) or 1.0  # every needed node once: the baseline's cost
+    base = st.base_cost
 
     def on_progress(facts: dict[str, Any]) -> None:
         inc = cm.real_cost(facts.get("objective"))

@@ -25,8 +25,10 @@ reported as ``lower_bound`` (a second LP solve, run before 4 so that it gets its
 tightened LP is not a bound for the real budget). Its point is rounded too when nothing fits.
 When the LP at the real budget is infeasible, so is the budget for every schedule in this order.
 
-Time (with ``--time-limit``): the first LP 40% of the time left, the rounding sweep at most 25%
-of what remains, the bound LP half of what then remains, each re-solve half, the repairs half.
+Time (with ``--time-limit``): the first LP 40% of the time left (up to 70% when the engine needs
+that to load the model, ``milp.engine.setup_seconds``; an LP whose share cannot cover its load
+is not started), the rounding sweep at most 25% of what remains, the bound LP half of what then
+remains, each re-solve half, the repairs half.
 
 Which relaxation (``--lp-model``): the full MILP's (with the valid inequalities V1/V2 of
 :mod:`remat_cli.solvers.checkmate`), or — by default above 150 nodes — a smaller relaxation of

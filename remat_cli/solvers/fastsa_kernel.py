@@ -349,6 +349,25 @@ def _span_diff(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, m: int, ev
 
 
 @njit(cache=True, error_model="numpy")
+def _event_span(ev_t: np.ndarray, ev_d: np.ndarray, ne: int, lo: int, hi: int, sign: int) -> int:
+    """Record coverage `sign` over [lo, hi) as two events for _span_diff; the new event count."""
+    ev_t[ne] = lo
+    ev_d[ne] = sign
+    ev_t[ne + 1] = hi
+    ev_d[ne + 1] = -sign
+    return ne + 2
+
+
+@njit(cache=True, error_model="numpy")
+def _move_end(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, e: int, f: int, m: int) -> None:
+    """An interval of size m that ended at e now ends at f: cover or uncover the difference."""
+    if f > e:
+        seg_add(tz, lz, lscale, S, e + 1, f + 1, m)
+    elif f < e:
+        seg_add(tz, lz, lscale, S, f + 1, e + 1, -m)
+
+
+@njit(cache=True, error_model="numpy")
 def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
           pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
           occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
@@ -376,29 +395,14 @@ def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarra
     ev_t = np.empty(8, dtype=np.int64)
     ev_d = np.empty(8, dtype=np.int64)
     ne = 0
+    # the old intervals of productions k-1 and k leave, the new ones (after PU moves) come in
     if k > 0:
-        ev_t[0] = PU[pb + k - 1]
-        ev_d[0] = -1
-        ev_t[1] = _end(n, k - 1, NI, PU, T) + 1
-        ev_d[1] = 1
-        ne = 2
-    ev_t[ne] = t1
-    ev_d[ne] = -1
-    ev_t[ne + 1] = _end(n, k, NI, PU, T) + 1
-    ev_d[ne + 1] = 1
-    ne += 2
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, -1)
+    ne = _event_span(ev_t, ev_d, ne, t1, _end(n, k, NI, PU, T) + 1, -1)
     PU[pb + k] = t2
     if k > 0:
-        ev_t[ne] = PU[pb + k - 1]
-        ev_d[ne] = 1
-        ev_t[ne + 1] = _end(n, k - 1, NI, PU, T) + 1
-        ev_d[ne + 1] = -1
-        ne += 2
-    ev_t[ne] = t2
-    ev_d[ne] = 1
-    ev_t[ne + 1] = _end(n, k, NI, PU, T) + 1
-    ev_d[ne + 1] = -1
-    ne += 2
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, 1)
+    ne = _event_span(ev_t, ev_d, ne, t2, _end(n, k, NI, PU, T) + 1, 1)
     _span_diff(tz, lz, lscale, S, NI[n, MEM], ev_t, ev_d, ne)
     for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
@@ -421,18 +425,9 @@ def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarra
                 a -= 1
         PU[a] = t2
         mq = NI[q, MEM]
-        f1 = _end(q, j1, NI, PU, T)
-        if f1 != e1:
-            if f1 > e1:
-                seg_add(tz, lz, lscale, S, e1 + 1, f1 + 1, mq)
-            else:
-                seg_add(tz, lz, lscale, S, f1 + 1, e1 + 1, -mq)
+        _move_end(tz, lz, lscale, S, e1, _end(q, j1, NI, PU, T), mq)
         if j2 != j1:
-            f2 = _end(q, j2, NI, PU, T)
-            if f2 > e2:
-                seg_add(tz, lz, lscale, S, e2 + 1, f2 + 1, mq)
-            elif f2 < e2:
-                seg_add(tz, lz, lscale, S, f2 + 1, e2 + 1, -mq)
+            _move_end(tz, lz, lscale, S, e2, _end(q, j2, NI, PU, T), mq)
     ws = NX[n, WS]
     if ws != 0:
         seg_add(tz, lz, lscale, S, t2, t2 + 1, ws)

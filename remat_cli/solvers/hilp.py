@@ -38,13 +38,18 @@ How the pieces fit:
   (:func:`sequential_hint`). HiGHS alone often found no incumbent at all in its limits on a
   25-unit top (the 2000-node transformer at 50%: "unknown"); started, it proves optimality
   over the options there, and a cut-short run still returns a schedule made of options.
-- **When the hierarchy finds nothing (or little).** A unit holds all its outputs together, so
-  a fixed grouping can rule out every schedule within a tight budget. The top then goes one
-  level down (units replaced by their children, up to ``FINER_TOP`` x M^t compute nodes).
-  Whole-graph solvers then run in a fixed order (``FALLBACK``: greedy, then fastsa with the
-  15% of the time limit kept for them) and the cheapest schedule within budget is used:
-  "infeasible" is only reported when none of them finds one; the message says which
-  produced the result.
+  Where no sequential choice fits, a greedy schedule that recomputes plain compute nodes
+  (evicting the data node read farthest ahead) is the start (:func:`recompute_hint`).
+- **Refined top.** A unit holds all its outputs together, so a fixed grouping can rule out
+  every schedule within a tight budget (on ONNX training graphs the backward block paired with
+  one forward operator holds gradients that other blocks consume much later). A second top
+  instance goes one level down where the memory is (:func:`refine`: the units with the
+  largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
+  compute nodes); the two tops share the top's time and the cheaper schedule counts.
+- **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
+  (``FALLBACK``: greedy, then fastsa with the 15% of the time limit kept for them) and the
+  cheapest schedule within budget is used: "infeasible" is only reported when none of them
+  finds one; the message says which produced the result.
 - **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
   deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
   dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
@@ -73,8 +78,9 @@ from remat_cli.solvers.hpartition import LevelGraph, h_partition
 LOSS = "__hilp_loss__"
 #: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
 FALLBACK = ("greedy", "fastsa")
-#: the top may go one level down (units replaced by their children) up to this many times M^t
-FINER_TOP = 2
+#: the refined top (units replaced by their pieces where the memory is) has at most this many
+#: times M^t compute nodes
+FINER_TOP = 3
 TOKEN = "__hilp_token__"
 #: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
 TOP_OPTIONS = 6
@@ -845,6 +851,152 @@ def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
     return x
 
 
+#: fractions of the H-ILP's budget the recomputing start aims at, in turn, until one fits
+RECOMPUTE_AIMS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
+
+
+def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarray | None:
+    """A starting solution that recomputes, for H-ILPs whose sequential schedule fits nowhere
+    (tight budgets; Checkmate's own solver starts from a greedy schedule the same way). Phase t
+    computes item t after recomputing the plain items producing inputs no longer in memory;
+    after each phase, data nodes no later item reads are freed, and while the next phase would
+    not fit, the recomputable data node read farthest ahead is evicted (Belady), at the last
+    phase that related to it (the deletion rule of App. B.3 deletes only after a related
+    computation). Layers (F_j, B_j) run once each. The schedule is aimed under a shrinking
+    share of `budget` until its H-ILP vector (derived as in :func:`sequential_x`) satisfies
+    every row; None when none does."""
+    R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
+    items = inst.items
+    T = len(items)
+    nd = len(inst.sizes)
+    choice_u = [
+        min(
+            range(len(u.options)),
+            key=lambda i, u=u: (u.options[i].phantom, u.options[i].peak, u.options[i].time),
+        )
+        for u in inst.units
+    ]
+    choice = [0 if it.kind == "loss" else choice_u[it.unit] for it in items]
+    reads: list[list[int]] = [[] for _ in range(T)]
+    readers: list[list[int]] = [[] for _ in range(nd)]
+    for d, us in enumerate(inst.users):
+        for k, o in us:
+            if o == choice[k] and k != inst.producer[d]:
+                reads[k].append(d)
+                readers[d].append(k)
+    last_reader = [max(r, default=-1) for r in readers]
+    sizes = inst.sizes
+    A = model.matrix()
+    lo = model.row_lb - 1e-6
+    hi = model.row_ub + 1e-6
+
+    def phases_for(aim: float) -> tuple[list[list[int]], list[set[int]]] | None:
+        alive: set[int] = set()
+        ends: list[set[int]] = []
+        phases: list[list[int]] = []
+        last_rel: dict[int, int] = {}
+        kept = 0  # phantoms between F_j and B_j
+
+        def plan(t: int) -> list[int] | None:
+            """Items phase t runs: t after the plain producers of inputs not in memory."""
+            comp: set[int] = set()
+
+            def run(k: int) -> bool:
+                for d in reads[k]:
+                    p = inst.producer[d]
+                    if d not in alive and p not in comp and (items[p].kind != "plain" or not run(p)):
+                        return False
+                comp.add(k)
+                return True
+
+            return sorted(comp) if run(t) else None
+
+        def peak(t: int, comp: list[int]) -> tuple[int, set[int]]:
+            """Memory at the phase's fullest item, and the data it reads."""
+            live = set(alive)
+            mem = sum(sizes[d] for d in live) + kept
+            top = 0
+            used = set()
+            for k in comp:
+                new = [d for d in items[k].outs if d not in live]
+                top = max(top, mem + sum(sizes[d] for d in new) + items[k].m[choice[k]])
+                live.update(new)
+                mem += sum(sizes[d] for d in new)
+                used.update(reads[k])
+                done = [d for d in reads[k] if max((r for r in readers[d] if r in comp), default=-1) <= k]
+                for d in done:
+                    if d in live and last_reader[d] <= t and not inst.final[d]:
+                        live.discard(d)
+                        mem -= sizes[d]
+            return top, used
+
+        for t in range(T):
+            comp = plan(t)
+            if comp is None:
+                return None
+            top, used = peak(t, comp)
+            while top > aim:
+                cands = [
+                    (min(k for k in readers[d] if k > t), sizes[d], d)
+                    for d in alive
+                    if d not in used and items[inst.producer[d]].kind == "plain" and not inst.final[d]
+                ]
+                if not cands:
+                    break
+                *_, d = max(cands)
+                alive.discard(d)
+                for e in ends[last_rel[d] :]:
+                    e.discard(d)
+                top, used = peak(t, comp)
+            for k in comp:
+                alive.update(items[k].outs)
+                for d in (*reads[k], *items[k].outs):
+                    last_rel[d] = t
+            it = items[t]
+            if it.kind == "F":
+                kept += it.phantom[choice[t]]
+            elif it.kind == "B":
+                kept -= it.phantom[choice[t]]
+            alive -= {d for d in alive if last_reader[d] <= t and not inst.final[d]}
+            ends.append(set(alive))
+            phases.append(comp)
+        return phases, ends
+
+    def vector(phases: list[list[int]], ends: list[set[int]]) -> np.ndarray | None:
+        x = np.zeros(model.num_vars)
+        for t, comp in enumerate(phases):
+            for k in comp:
+                x[R[(t, k, choice[k])]] = 1.0
+        for d, p in enumerate(inst.producer):
+            for t in range(p, T):
+                present = t > p and d in ends[t - 1]
+                made = p in phases[t] and not present
+                if made:
+                    x[C[(t, d)]] = 1.0
+                stays = d in ends[t]
+                x[P[(t + 1, d)]] = float(stays)
+                if (present or made) and not stays:
+                    rel = [k for k in phases[t] if k == p or k in readers[d]]
+                    if not rel:
+                        return None
+                    x[D[(t, rel[-1], d)]] = 1.0
+        for j, (f, b) in inst.layer_of.items():
+            for t in range(f + 1, b + 1):
+                x[Sp[(t, j, choice[f])]] = 1.0
+        return x
+
+    for frac in RECOMPUTE_AIMS:
+        sched = phases_for(frac * budget)
+        if sched is None:
+            return None
+        x = vector(*sched)
+        if x is not None:
+            ax = A @ x
+            if bool(np.all(ax <= hi) and np.all(ax >= lo)):
+                return x
+    return None
+
+
 def decode(inst: Instance, x: np.ndarray, R: dict[tuple[int, int, int], int]) -> list[tuple[int, int]]:
     """The (compute node, option) sequence of an H-ILP solution, phase by phase."""
     out: list[tuple[int, int]] = []
@@ -888,6 +1040,59 @@ def trivial(inst: Instance, pick: str) -> list[tuple[int, int]]:
             o = min(range(len(u.options)), key=lambda i: (u.options[i].phantom, u.options[i].peak))
         out.append((k, o))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Refining the top where the memory is
+
+
+def pieces(ctx: Ctx, unit: Unit) -> list[Unit]:
+    """One level down from `unit`: its children; for a unit whose children are single operators
+    (a level-0 layer: one forward operator and the backward block paired with it), the
+    operators of its forward part and the *runs* of its backward block, maximal stretches with
+    no foreign operator between them in the graph's order. A run is convex (every path between
+    two of its operators passes only operators the order puts between them), and splitting at
+    the runs lets the top interleave blocks as the graph's own order does, instead of holding a
+    whole block's outputs together."""
+    assert unit.children is not None
+    if any(c.ops > 1 for c in unit.children) or not unit.bwd:
+        return unit.children
+    out = [c for c in unit.children if c.fwd[0] in unit.fwd]
+    at = sorted(ctx.pos[n] for n in unit.bwd)
+    runs: list[list[str]] = []
+    for a, b in zip([None, *at], at, strict=False):
+        if a is None or b != a + 1:
+            runs.append([])
+        runs[-1].append(ctx.graph.topo_order[b])
+    for r in runs:
+        u = Unit(fwd=tuple(r), bwd=(), layer=False)
+        u.options = [measure(ctx, u.owned, u.fwd, ())]
+        out.append(u)
+    return out
+
+
+def refine(ctx: Ctx, units: list[Unit], cap: int) -> list[Unit] | None:
+    """The top units with the unit needing the most memory (its smallest-peak option) replaced
+    by its :func:`pieces`, again and again while the instance stays within `cap` compute
+    nodes; None when nothing could be refined."""
+
+    def items(us: list[Unit]) -> int:
+        return sum(2 if u.layer else 1 for u in us)
+
+    cur = list(units)
+    changed = False
+    while True:
+        cands = [(min(o.peak for o in u.options), -i) for i, u in enumerate(cur) if u.children and u.options]
+        new = None
+        for _, neg in sorted(cands, reverse=True):
+            i = -neg
+            trial = cur[:i] + pieces(ctx, cur[i]) + cur[i + 1 :]
+            if items(trial) <= cap:
+                new = trial
+                break
+        if new is None:
+            return cur if changed else None
+        cur, changed = new, True
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1026,6 +1231,8 @@ def solve_instance(
     a run found is dropped (the status says so), so that only work-limited results count."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
     hint = sequential_hint(inst, model)
+    if hint is None:
+        hint = recompute_hint(inst, model, budget)
     engine_options: dict[str, dict[str, Any]] = {}
     wall = time_limit
     if deterministic and time_limit is not None:
@@ -1214,7 +1421,7 @@ class HILP(Solver):
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
             "(every unit run once with its fastest, smallest or least-kept option is always tried, "
             "and every H-ILP starts from the best such sequential schedule that fits its memory rows). "
-            "When the top H-ILP finds nothing within budget, it is solved one level down; greedy "
+            "A second top, refined one level down where the memory is, shares the top's time; greedy "
             "and fastsa then run on the whole graph with the last 15% of the time and the cheapest "
             "schedule is used (the message says which)."
         )
@@ -1274,24 +1481,30 @@ class _Solve:
             if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
                 best = (sim.cost, steps, sim.peak_memory)
                 self.opt.incumbent(steps)
-        found, statuses, low = self.solve_top(inst, target)
+        # one level down where the memory is: the units needing the most memory replaced by
+        # their pieces (less is held together) while the instance stays of a solvable size;
+        # when there is such a top, the two share the top's time and the cheaper one counts
+        finer = refine(ctx, top_units, FINER_TOP * int(self.p["max_top"]))
+        share = 1.0 if finer is None else 0.5
+        found, statuses, low = self.solve_top(inst, target, share)
         lowest = min(lowest, low)
         msg = (
             f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
             f"{'/'.join(statuses) or 'not run'} on {self.backend}"
         )
-        if found is None:
-            # lower levels: the top units replaced by their children (more, smaller compute
-            # nodes, so less is held together), while the instance stays of a solvable size
-            finer = [c for u in top_units for c in (u.children if u.children else [u])]
-            if len(top_units) < len(finer) <= FINER_TOP * int(self.p["max_top"]):
-                self.select(finer, TOP_OPTIONS)
-                inst2 = build_instance(ctx, finer, with_loss=False)
-                found, statuses, low = self.solve_top(inst2, target)
-                lowest = min(lowest, low)
-                msg += f"; one level down ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
         if found is not None:
-            msg += f" (its schedule: overhead {found[0] / base.cost - 1:.4f})"
+            msg += f" (overhead {found[0] / base.cost - 1:.4f})"
+        if finer is not None:
+            self.select(finer, TOP_OPTIONS)
+            inst2 = build_instance(ctx, finer, with_loss=False)
+            # the clock's rest (deterministic runs: the nominal other half)
+            found2, statuses, low = self.solve_top(inst2, target, share if self.deterministic else 1.0)
+            lowest = min(lowest, low)
+            msg += f"; refined ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+            if found2 is not None:
+                msg += f" (overhead {found2[0] / base.cost - 1:.4f})"
+                if found is None or found2[0] < found[0]:
+                    found = found2
         if found is not None and (best is None or found[0] < best[0]):
             best = found
             self.opt.incumbent(best[1])
@@ -1329,12 +1542,12 @@ class _Solve:
         )
 
     def solve_top(
-        self, inst: Instance, target: int
+        self, inst: Instance, target: int, share: float = 1.0
     ) -> tuple[tuple[float, list[Step], int] | None, list[str], int]:
-        """The top H-ILP under the user's budget; when the simulated peak exceeds it (the ILP's
-        memory model is an approximation, App. B.3) the ILP budget is lowered and it is solved
-        again. Returns the schedule within budget (cost, steps, peak), the statuses and the
-        lowest simulated peak."""
+        """The top H-ILP under the user's budget, with `share` of the top's time; when the
+        simulated peak exceeds it (the ILP's memory model is an approximation, App. B.3) the ILP
+        budget is lowered and it is solved again. Returns the schedule within budget (cost,
+        steps, peak), the statuses and the lowest simulated peak."""
         g = self.g
         tries = 0
         statuses: list[str] = []
@@ -1345,8 +1558,11 @@ class _Solve:
             if self.limit is not None:
                 # 15% of the limit stays for the whole-graph fallback; deterministic runs size
                 # their work limit from the nominal split, never from the clock
-                spent = 0.5 * self.limit if self.deterministic else self.elapsed()
-                top_time = max(0.2, 0.85 * self.limit - spent) * (0.8 if tries == 1 else 0.5)
+                if self.deterministic:
+                    left = 0.35 * self.limit * share
+                else:
+                    left = (0.85 * self.limit - self.elapsed()) * (share if tries == 1 else 1.0)
+                top_time = max(0.2, left) * (0.8 if tries == 1 else 0.5)
             sched, top_status = solve_instance(
                 inst,
                 target,

@@ -569,6 +569,10 @@ def hilp_model(
 ) -> tuple[LinearModel, dict[tuple[int, int, int], int]]:
     """The H-ILP of App. B.2-B.3 for `inst` under `budget` (bytes, scaled by their gcd).
 
+    One deliberate departure: eq. (8) is split in two rows (see there) so that F_j may run again
+    before B_j with its phantom in memory, to recompute its outputs; every schedule the paper's
+    rows allow is still allowed.
+
     Variables (all binary): R^t_{k,o}, P^t_d, Sp^t_{j,o}, C^t_d, D^t_{k,d}. Every data node here
     has one producer, so S^t_{k,d} coincides with P^t_d (with a single contribution, "d holds
     k's contribution" and "d is in memory" are the same event) and is not duplicated.
@@ -660,7 +664,12 @@ def hilp_model(
                 rf = R[(t, f, o)]
                 rb = R.get((t, b, o))
                 rows.add([(sp_n, 1.0), (sp_t, -1.0), (rf, -1.0)], -inf, 0.0)  # (7)
-                rows.add([(sp_n, 1.0), (sp_t, -1.0), (rf, -1.0), (rb, 1.0)], 0.0, inf)  # (8)
+                # (8) as two rows: deleted only by B_j (8a), created by F_j (8b). The paper's
+                # single row Sp^{t+1} >= Sp^t + R_F - R_B also forbids running F_j again while
+                # its phantom is in memory, i.e. recomputing F_j's outputs before B_j -- the
+                # checkpointing lever between top-level layers
+                rows.add([(sp_n, 1.0), (sp_t, -1.0), (rb, 1.0)], 0.0, inf)  # (8a)
+                rows.add([(sp_n, 1.0), (rf, -1.0), (rb, 1.0)], 0.0, inf)  # (8b)
                 if rb is not None:
                     rows.add([(rb, 1.0), (sp_t, -1.0), (rf, -1.0)], -inf, 0.0)  # (9)
     # final data nodes are in memory after the last phase
@@ -862,7 +871,8 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
     after each phase, data nodes no later item reads are freed, and while the next phase would
     not fit, the recomputable data node read farthest ahead is evicted (Belady), at the last
     phase that related to it (the deletion rule of App. B.3 deletes only after a related
-    computation). Layers (F_j, B_j) run once each. The schedule is aimed under a shrinking
+    computation). Plain items and F_j before its B_j (rows (8a)/(8b)) are recomputed; B_j runs
+    once. The schedule is aimed under a shrinking
     share of `budget` until its H-ILP vector (derived as in :func:`sequential_x`) satisfies
     every row; None when none does."""
     R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
@@ -897,6 +907,10 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
         last_rel: dict[int, int] = {}
         kept = 0  # phantoms between F_j and B_j
 
+        def rerunnable(k: int, t: int) -> bool:
+            it = items[k]
+            return it.kind == "plain" or (it.kind == "F" and inst.layer_of[it.unit][1] > t)
+
         def plan(t: int) -> list[int] | None:
             """Items phase t runs: t after the plain producers of inputs not in memory."""
             comp: set[int] = set()
@@ -904,7 +918,7 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
             def run(k: int) -> bool:
                 for d in reads[k]:
                     p = inst.producer[d]
-                    if d not in alive and p not in comp and (items[p].kind != "plain" or not run(p)):
+                    if d not in alive and p not in comp and (not rerunnable(p, t) or not run(p)):
                         return False
                 comp.add(k)
                 return True
@@ -937,9 +951,11 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
             top, used = peak(t, comp)
             while top > aim:
                 cands = [
-                    (min(k for k in readers[d] if k > t), sizes[d], d)
+                    (nxt, sizes[d], d)
                     for d in alive
-                    if d not in used and items[inst.producer[d]].kind == "plain" and not inst.final[d]
+                    if d not in used
+                    and not inst.final[d]
+                    and rerunnable(inst.producer[d], nxt := min(k for k in readers[d] if k > t))
                 ]
                 if not cands:
                     break

@@ -88,7 +88,7 @@ def _used(message: str) -> str:
 
 
 def _hilp_overhead(message: str) -> float | None:
-    m = re.findall(r"its schedule: overhead (-?[\d.]+)", message)
+    m = re.findall(r"\(overhead (-?[\d.]+)\)", message)
     return min(float(x) for x in m) if m else None
 
 

@@ -45,7 +45,8 @@ How the pieces fit:
   one forward operator holds gradients that other blocks consume much later). A second top
   instance goes one level down where the memory is (:func:`refine`: the units with the
   largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
-  compute nodes); the two tops share the top's time and the cheaper schedule counts.
+  compute nodes) is solved after the top, with half the top's nominal time (the overall
+  deadline still holds), and the cheaper schedule counts.
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
   (``FALLBACK``: greedy, then fastsa with the 15% of the time limit kept for them) and the
   cheapest schedule within budget is used: "infeasible" is only reported when none of them
@@ -1437,7 +1438,8 @@ class HILP(Solver):
             "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
             "(every unit run once with its fastest, smallest or least-kept option is always tried, "
             "and every H-ILP starts from the best such sequential schedule that fits its memory rows). "
-            "A second top, refined one level down where the memory is, shares the top's time; greedy "
+            "A second top, refined one level down where the memory is, follows with half the top's "
+            "time; greedy "
             "and fastsa then run on the whole graph with the last 15% of the time and the cheapest "
             "schedule is used (the message says which)."
         )
@@ -1498,11 +1500,11 @@ class _Solve:
                 best = (sim.cost, steps, sim.peak_memory)
                 self.opt.incumbent(steps)
         # one level down where the memory is: the units needing the most memory replaced by
-        # their pieces (less is held together) while the instance stays of a solvable size;
-        # when there is such a top, the two share the top's time and the cheaper one counts
+        # their pieces (less is held together) while the instance stays of a solvable size,
+        # solved after the top with half its nominal time (the overall deadline still holds);
+        # the cheaper schedule counts
         finer = refine(ctx, top_units, FINER_TOP * int(self.p["max_top"]))
-        share = 1.0 if finer is None else 0.5
-        found, statuses, low = self.solve_top(inst, target, share)
+        found, statuses, low = self.solve_top(inst, target)
         lowest = min(lowest, low)
         msg = (
             f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
@@ -1513,8 +1515,7 @@ class _Solve:
         if finer is not None:
             self.select(finer, TOP_OPTIONS)
             inst2 = build_instance(ctx, finer, with_loss=False)
-            # the clock's rest (deterministic runs: the nominal other half)
-            found2, statuses, low = self.solve_top(inst2, target, share if self.deterministic else 1.0)
+            found2, statuses, low = self.solve_top(inst2, target, 0.5 if self.deterministic else 1.0)
             lowest = min(lowest, low)
             msg += f"; refined ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
             if found2 is not None:

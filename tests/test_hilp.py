@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,9 +18,11 @@ from remat_cli.solvers.base import SolveOptions
 from remat_cli.solvers.hilp import (
     HILP,
     Ctx,
+    Unit,
     _Solve,
     atomic,
     build_instance,
+    canonical,
     decode,
     flatten,
     hilp_model,
@@ -340,3 +344,36 @@ def test_recompute_start_satisfies_the_h_ilp(graph: str, fraction: float, with_l
     if not with_loss:
         again = [k for k, _ in sched if [j for j, _ in sched].count(k) > 1]
         assert any(inst.items[k].kind == "F" for k in again)
+
+
+def test_identical_layers_are_solved_once() -> None:
+    """App. C.1.1: two layers of one class are solved once; the other's options are the
+    representative's schedules translated to its own operators, the same as solving it."""
+    g = G.transformer(layers=4, seed=0)
+    first: dict[str, float] = {}
+    nodes = []
+    for n in g.nodes:
+        # every layer gets layer 0's costs, so the inner layers 1 and 2 are identical subgraphs
+        nodes.append(n.model_copy(update={"cost": first.setdefault(re.sub(r"l\d+_", "", n.id), n.cost)}))
+    g = Graph.model_validate(g.model_copy(update={"nodes": nodes}).model_dump())
+    ctx = Ctx(g, True)
+
+    def layer(i: int) -> Unit:
+        fwd = tuple(n.id for n in g.nodes if n.id.startswith(f"l{i}_"))
+        bwd = tuple(sorted((b for f in fwd for b in ctx.grads[f]), key=ctx.pos.__getitem__))
+        u = Unit(fwd=fwd, bwd=bwd, layer=True)
+        u.children = [atomic(ctx, n) for n in fwd + bwd]
+        return u
+
+    budget = int(0.6 * baseline(g).peak_memory)
+    solver = _Solve(g, budget, SolveOptions(seed=0, workers=1), HILP().defaults())
+    pair = [layer(1), layer(2)]
+    assert canonical(ctx, pair[0])[0] == canonical(ctx, pair[1])[0]
+    assert solver.solve_level(ctx, pair, 0, 1, leaf=True) == 1  # one representative
+    alone = [layer(2)]
+    assert solver.solve_level(ctx, alone, 0, 1, leaf=True) == 1
+    translated = pair[1].options
+    assert translated and all(set(o.fwd) | set(o.bwd) == pair[1].owned for o in translated)
+    assert [(o.fwd, o.bwd, o.time, o.peak, o.phantom) for o in translated] == [
+        (o.fwd, o.bwd, o.time, o.peak, o.phantom) for o in alone[0].options
+    ]

@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common import GRAPHS, MOCCASIN  # noqa: E402
+
 from remat_cli import generators as G  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
@@ -37,8 +39,6 @@ from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers import registry  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
-
-MOCCASIN = Path("/work/shared/benchmarks/moccasin")
 
 
 def graphs() -> dict[str, tuple[Graph, float]]:
@@ -61,8 +61,8 @@ def graphs() -> dict[str, tuple[Graph, float]]:
     # Checkmate-derived training graphs (Moccasin's benchmark folder): CM2 is ResNet50, and the
     # small ones are those of HiREmate Table 3 whose Checkmate optimum is provable in minutes
     moccasin = {
-        "resnet50_train_cm2": ("ResNet50 (MLSys)_256_(224, 224, 3)_train_nx.json", 300),
-        "fcn8_vgg_train_cm1": ("fcn_8_vgg (MLSys)_32_(416, 608, 3)_train_nx.json", 120),
+        "resnet50_train_cm2": (GRAPHS["CM2"], 300),
+        "fcn8_vgg_train_cm1": (GRAPHS["CM1"], 120),
         "vgg_unet_train": ("vgg_unet (MLSys)_32_(416, 608, 3)_train_nx.json", 120),
         "segnet_train": ("segnet (MLSys)_32_(416, 608, 3)_train_nx.json", 120),
         "mobilenet_train": ("MobileNet (MLSys)_512_(224, 224, 3)_train_nx.json", 300),

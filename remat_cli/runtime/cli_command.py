@@ -67,7 +67,7 @@ def run_command(
 ) -> None:
     """Replay SCHEDULE.json on MODEL.onnx with ONNX Runtime; measure peak memory and time
     against the unscheduled model and check that the outputs match."""
-    from remat_cli.cli import BadInput, err, fail, friendly_errors, read_graph, read_schedule
+    from remat_cli.cli_common import BadInput, err, fail, friendly_errors, read_graph, read_schedule
     from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable, run_schedule
     from remat_cli.runtime.model import read_inputs
 
@@ -130,7 +130,7 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
     import importlib.util
     from pathlib import Path
 
-    from remat_cli.cli import BadInput, err, friendly_errors
+    from remat_cli.cli_common import BadInput, err, friendly_errors
 
     @friendly_errors
     def go() -> None:

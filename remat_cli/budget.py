@@ -15,7 +15,8 @@ _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*|%)\s*$"
 
 BUDGET_HELP = (
     "Memory budget: bytes (4000000000), KB/MB/GB/TB in powers of 1000 (4GB), "
-    "KiB/MiB/GiB/TiB in powers of 1024 (3.5GiB), or a percentage of the baseline peak (80%)."
+    "KiB/MiB/GiB/TiB in powers of 1024 (3.5GiB), or a percentage of the baseline peak (80%). "
+    "Multi-device graphs: one per device, cpu=16GB,cuda:0=25% (devices not named keep the graph's)."
 )
 
 
@@ -38,3 +39,19 @@ def parse_budget(text: str, baseline_peak: int | None = None) -> int:
             f"unknown unit {m.group(2)!r} in budget {text!r} (use B, KB, MB, GB, KiB, MiB, GiB or %)"
         )
     return int(number * _UNITS[unit])
+
+
+def parse_device_budgets(text: str, baseline_peak: int | None = None) -> dict[str, int] | None:
+    """``cpu=16GB,cuda:0=4GB`` → {device: bytes}; None when `text` is one plain budget."""
+    if "=" not in text:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, amount = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BudgetError(f"cannot parse per-device budget {part!r} (example: cpu=16GB,cuda:0=4GB)")
+        if name in out:
+            raise BudgetError(f"device {name!r} appears twice in --budget")
+        out[name] = parse_budget(amount, baseline_peak)
+    return out

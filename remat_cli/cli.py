@@ -36,6 +36,7 @@ from remat_cli.cli_common import (
     read_schedule,
     resolve_budget,
 )
+from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
@@ -78,6 +79,11 @@ def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
             raise BadInput(f"{key}: {raw!r} is not one of {', '.join(p.choices)}")
         out[p.name] = value
     return out
+
+
+def device_budgets(graph: Graph, text: str) -> dict[str, int]:
+    """--budget for a multi-device graph: {device: bytes}."""
+    return resolve_device_budgets(graph, text, baseline(graph).peak_memory)
 
 
 # ---- commands ----
@@ -140,13 +146,14 @@ def solve(
     why_not = solver.supports(graph)
     if why_not is not None:
         raise BadInput(f"solver {solver_name!r} does not apply to this graph: {why_not}")
-    budget_bytes = resolve_budget(graph, budget)
+    budgets = device_budgets(graph, budget) if graph.devices else None
+    budget_bytes = max(budgets.values()) if budgets else resolve_budget(graph, budget)
     hint_steps = None
     if hint:
         hint_schedule = read_schedule(hint)
         simulate(graph, hint_schedule.steps)  # a hint for another graph is bad input
         hint_steps = hint_schedule.steps
-    options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params)
+    options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params, budgets=budgets)
     if workers is not None:
         options.workers = workers
     with err.status(f"[bold]{solver_name}[/] solving…", spinner="dots") as status:
@@ -231,7 +238,13 @@ def validate(
     g = read_graph(graph_path, input_shapes, batch, cost)
     s = read_schedule(schedule_path)
     base = baseline(g)
-    limit = parse_budget(budget, base.peak_memory) if budget is not None else s.budget
+    limit = parse_budget(budget, base.peak_memory) if budget is not None and not g.devices else s.budget
+    limits = None
+    if g.devices:  # every device against its own budget
+        limits = device_budgets(g, budget) if budget is not None else s.budgets
+        if limits is None and s.budget is not None:
+            limits = {d.id: s.budget for d in g.devices}
+        limit = max(limits.values()) if limits else None
     report: dict[str, Any] = {"valid": False, "graph_matches": s.graph.sha256 == g.sha256(), "budget": limit}
     try:
         sim = simulate(g, s.steps)
@@ -244,6 +257,16 @@ def validate(
             "baseline_peak_memory": base.peak_memory,
             "within_budget": limit is None or sim.peak_memory <= limit,
         }
+        if sim.peak_by_device is not None:
+            over = [d for d, p in sim.peak_by_device.items() if limits and p > limits.get(d, p)]
+            report |= {
+                "budgets": limits,
+                "peak_memory_by_device": sim.peak_by_device,
+                "copies": sim.copies,
+                "copy_cost": sim.copy_cost,
+                "over_budget_devices": over,
+                "within_budget": not over,
+            }
     except ScheduleError as e:
         report["error"] = str(e)
     ok = report["valid"] and report["graph_matches"] and report.get("within_budget", False)
@@ -258,6 +281,16 @@ def validate(
             f"cost {report['cost']:.6g}, overhead {100 * report['overhead']:.2f}%, "
             f"{report['recomputations']} recomputations"
         )
+        if "peak_memory_by_device" in report:
+            err.print(
+                "  per device: "
+                + ", ".join(
+                    f"{d} {human_bytes(p)}"
+                    + (f" / {human_bytes(report['budgets'][d])}" if report["budgets"] else "")
+                    for d, p in report["peak_memory_by_device"].items()
+                )
+                + f"; {report['copies']} copies costing {report['copy_cost']:.6g}"
+            )
     else:
         err.print(f"[red]invalid[/]: {report['error']}")
     sys.exit(EXIT_OK if ok else EXIT_INFEASIBLE)

@@ -178,6 +178,16 @@ def print_summary(s: Schedule) -> None:
         f"peak {human_bytes(sm.peak_memory)} ({pct:.1f}% of baseline), "
         f"overhead {100 * sm.overhead:.2f}%, {sm.recomputations} recomputations"
     )
+    if sm.peak_memory_by_device is not None:
+        budgets = s.budgets or {}
+        err.print(
+            "  per device: "
+            + ", ".join(
+                f"{d} {human_bytes(p)}" + (f" / {human_bytes(budgets[d])}" if d in budgets else "")
+                for d, p in sm.peak_memory_by_device.items()
+            )
+            + f"; {sm.copies} copies costing {sm.copy_cost:.6g} of {sm.cost:.6g}"
+        )
     if s.solver.message:
         err.print(f"  {s.solver.message}")
 

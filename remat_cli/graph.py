@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,6 +60,38 @@ class Node(BaseModel):
     source: list[str] | None = Field(default=None, description="runtime names it stands for")
 
 
+class Device(BaseModel):
+    """One device of a multi-device graph (XEngine §3.1): its own memory and compute costs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    budget: int | None = Field(default=None, ge=0, description="bytes; the CLI's --budget overrides it")
+    kind: str | None = Field(default=None, description="what runs it, e.g. cpu or cuda (for remat run)")
+
+
+class Link(BaseModel):
+    """A one-way link: copying a value of `size` bytes costs latency + size / bandwidth."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+    latency: float = Field(default=0.0, ge=0, description="cost units per copy")
+    bandwidth: float = Field(gt=0, description="bytes per cost unit")
+
+
+class CopyCost(BaseModel):
+    """The measured cost of copying one value in one direction; it wins over the link's formula."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    value: str
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+    cost: float = Field(ge=0)
+
+
 class Graph(BaseModel):
     """A dataflow graph: remat-graph v1."""
 
@@ -73,6 +105,13 @@ class Graph(BaseModel):
     nodes: list[Node]
     outputs: list[str]
     order: list[str] | None = None
+    #: multi-device graphs (XEngine): without `devices` the graph is one device, as always
+    devices: list[Device] | None = None
+    home: str | None = Field(
+        default=None, description="device holding inputs and parameters (default: first)"
+    )
+    links: list[Link] | None = None
+    copy_costs: list[CopyCost] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Graph:
@@ -128,7 +167,7 @@ class Graph(BaseModel):
 
     def canonical_json(self) -> str:
         return json.dumps(
-            self.model_dump(mode="json", exclude_none=True),
+            self.model_dump(mode="json", exclude_none=True, by_alias=True),
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -137,7 +176,21 @@ class Graph(BaseModel):
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     def to_json(self) -> str:
-        return self.model_dump_json(indent=1, exclude_none=True)
+        return self.model_dump_json(indent=1, exclude_none=True, by_alias=True)
+
+    @cached_property
+    def device_model(self) -> Any:
+        """Per-device costs (:class:`remat_cli.devices.DeviceModel`) of a multi-device graph."""
+        from remat_cli.devices import DeviceModel  # it builds on this module
+
+        return DeviceModel(self)
+
+    @cached_property
+    def home_device(self) -> str | None:
+        """Where inputs and parameters live: `home`, else the first device (None: no devices)."""
+        if not self.devices:
+            return None
+        return self.home or self.devices[0].id
 
 
 def _validate(g: Graph) -> None:
@@ -184,6 +237,34 @@ def _validate(g: Graph) -> None:
         if missing:
             raise GraphError(f"order misses node {sorted(missing)[0]!r}")
     _check_acyclic_and_order(g, producer)
+    _check_devices(g, values)
+
+
+def _check_devices(g: Graph, values: dict[str, Value]) -> None:
+    if not g.devices:
+        for what in ("home", "links", "copy_costs"):
+            if getattr(g, what):
+                raise GraphError(f"{what!r} needs a 'devices' list")
+        return
+    ids = [d.id for d in g.devices]
+    if len(set(ids)) != len(ids):
+        raise GraphError(f"duplicate device id {next(d for d in ids if ids.count(d) > 1)!r}")
+    if g.home is not None and g.home not in ids:
+        raise GraphError(f"home device {g.home!r} is not in 'devices'")
+    for n in g.nodes:
+        for d in n.device_costs or {}:
+            if d not in ids:
+                raise GraphError(f"node {n.id!r} has a cost for unknown device {d!r}")
+    for link in g.links or []:
+        for d in (link.source, link.target):
+            if d not in ids:
+                raise GraphError(f"link names unknown device {d!r}")
+    for c in g.copy_costs or []:
+        if c.value not in values:
+            raise GraphError(f"copy cost for unknown value {c.value!r}")
+        for d in (c.source, c.target):
+            if d not in ids:
+                raise GraphError(f"copy cost of {c.value!r} names unknown device {d!r}")
 
 
 def _check_acyclic_and_order(g: Graph, producer: dict[str, str]) -> None:

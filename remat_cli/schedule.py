@@ -25,12 +25,16 @@ class ScheduleError(ValueError):
 
 
 class Step(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    op: Literal["compute", "free"]
+    op: Literal["compute", "free", "copy"]
     node: str | None = None
     value: str | None = None
+    #: multi-device graphs: where a compute runs / a free happens (default: the home device)
     device: str | None = None
+    #: copy steps: the value moves from `from` to `to` (and stays live on `from`)
+    source: str | None = Field(default=None, alias="from")
+    target: str | None = Field(default=None, alias="to")
 
     @model_validator(mode="after")
     def _target(self) -> Step:
@@ -38,6 +42,8 @@ class Step(BaseModel):
             raise ValueError("a compute step needs 'node'")
         if self.op == "free" and self.value is None:
             raise ValueError("a free step needs 'value'")
+        if self.op == "copy" and (self.value is None or self.source is None or self.target is None):
+            raise ValueError("a copy step needs 'value', 'from' and 'to'")
         return self
 
 
@@ -45,8 +51,12 @@ def compute(node: str) -> Step:
     return Step(op="compute", node=node)
 
 
-def free(value: str) -> Step:
-    return Step(op="free", value=value)
+def free(value: str, device: str | None = None) -> Step:
+    return Step(op="free", value=value, device=device)
+
+
+def copy(value: str, source: str, target: str) -> Step:
+    return Step(op="copy", value=value, source=source, target=target)
 
 
 class GraphRef(BaseModel):
@@ -75,6 +85,11 @@ class Summary(BaseModel):
     baseline_cost: float
     overhead: float = Field(description="cost / baseline_cost - 1")
     recomputations: int
+    #: multi-device graphs only (XEngine): each device's peak, the copy steps and their cost
+    #: (`cost` includes `copy_cost`)
+    peak_memory_by_device: dict[str, int] | None = None
+    copies: int | None = None
+    copy_cost: float | None = None
 
 
 class Schedule(BaseModel):
@@ -86,12 +101,14 @@ class Schedule(BaseModel):
     version: Literal[1] = SCHEDULE_VERSION
     graph: GraphRef
     budget: int | None
+    #: multi-device graphs: the budget of each device (`budget` is then their largest)
+    budgets: dict[str, int] | None = None
     solver: SolverInfo
     steps: list[Step]
     summary: Summary
 
     def to_json(self) -> str:
-        return self.model_dump_json(indent=1, exclude_none=True)
+        return self.model_dump_json(indent=1, exclude_none=True, by_alias=True)
 
 
 @dataclass(frozen=True)
@@ -102,10 +119,22 @@ class SimResult:
     recomputations: int
     #: memory at each step (after frees, at the compute instant for computes)
     profile: tuple[int, ...] = ()
+    #: multi-device graphs (remat_cli.devices): peak per device (peak_memory is their largest),
+    #: copy steps and their total cost (included in `cost`)
+    peak_by_device: dict[str, int] | None = None
+    copies: int = 0
+    copy_cost: float = 0.0
 
 
 def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:
-    """Run `steps` on `graph` by the rules of DESIGN.md §2; raise ScheduleError when invalid."""
+    """Run `steps` on `graph` by the rules of DESIGN.md §2; raise ScheduleError when invalid.
+
+    A graph with `devices` is simulated per device by :func:`remat_cli.devices.simulate_devices`.
+    """
+    if graph.devices:
+        from remat_cli.devices import simulate_devices  # it builds on this module
+
+        return simulate_devices(graph, steps, keep_profile=keep_profile)
     nodes = graph.node_map
     values = graph.value_map
     live: set[str] = {v.id for v in graph.values if v.resident}
@@ -139,6 +168,8 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
             if n.id in seen:
                 recomputations += 1
             seen.add(n.id)
+        elif step.op == "copy":
+            raise ScheduleError(f"step {k}: a copy step needs a graph with devices")
         else:
             v = values.get(step.value or "")
             if v is None:

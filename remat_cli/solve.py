@@ -35,6 +35,7 @@ def build_schedule(
     result: SolverResult,
     seconds: float,
     base: SimResult | None = None,
+    budgets: dict[str, int] | None = None,
 ) -> Schedule:
     """Simulate `result.steps` and wrap them as remat-schedule v1."""
     assert result.steps is not None
@@ -44,13 +45,23 @@ def build_schedule(
         raise SolverBug(f"solver {solver_name!r} returned an invalid schedule: {e}") from e
     base = base or baseline(graph)
     status = result.status
-    if budget is not None and sim.peak_memory > budget:
+    if sim.peak_by_device is not None and (budgets or budget is not None):
+        # multi-device: every device within its own budget (one budget: the same for all)
+        limits = budgets or dict.fromkeys(sim.peak_by_device, budget)
+        over = any(p > limits.get(d, budget or 0) for d, p in sim.peak_by_device.items())
+        if over:
+            status = "infeasible"
+        elif status == "infeasible":
+            status = "feasible"
+    elif budget is not None and sim.peak_memory > budget:
         status = "infeasible"
     elif status == "infeasible":
         status = "feasible"
+    multi = sim.peak_by_device is not None
     return Schedule(
         graph=GraphRef(name=graph.name, sha256=graph.sha256()),
         budget=budget,
+        budgets=budgets if multi else None,
         solver=SolverInfo(
             name=solver_name,
             backend=result.backend,
@@ -70,6 +81,9 @@ def build_schedule(
             baseline_cost=base.cost,
             overhead=(sim.cost / base.cost - 1.0) if base.cost > 0 else 0.0,
             recomputations=sim.recomputations,
+            peak_memory_by_device=sim.peak_by_device,
+            copies=sim.copies if multi else None,
+            copy_cost=sim.copy_cost if multi else None,
         ),
     )
 
@@ -113,4 +127,4 @@ def run_solver(
     result.params = params | result.params
     if result.steps is None:
         return None, result
-    return build_schedule(graph, budget, name, result, seconds), result
+    return build_schedule(graph, budget, name, result, seconds, budgets=options.budgets), result

@@ -44,6 +44,8 @@ class SolveOptions:
     #: called with progress facts (elapsed, incumbent, bound, gap, ...) for the CLI to show
     on_progress: Callable[[dict[str, Any]], None] | None = None
     started: float = field(default_factory=time.monotonic)
+    #: multi-device graphs: each device's budget (the `budget` argument is then their largest)
+    budgets: dict[str, int] | None = None
 
     def remaining(self) -> float | None:
         if self.time_limit is None:
@@ -79,6 +81,8 @@ class Solver(ABC):
     #: True when status "optimal" is a proof (checked against brute force in the tests)
     exact: ClassVar[bool] = False
     params: ClassVar[tuple[Param, ...]] = ()
+    #: True when the solver places computes on the devices of a multi-device graph
+    multi_device: ClassVar[bool] = False
 
     def availability(self) -> tuple[Availability, str]:
         """Whether the engines this solver needs are installed, and why not."""
@@ -86,6 +90,8 @@ class Solver(ABC):
 
     def supports(self, graph: Graph) -> str | None:
         """None when the solver applies to `graph`, else the reason it does not."""
+        if graph.devices and not self.multi_device:
+            return "the graph has several devices and this solver schedules one (use --solver xengine)"
         return None
 
     def notes(self) -> str:

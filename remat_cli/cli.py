@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from remat_cli import generators
+from remat_cli import generators, registry
 from remat_cli.budget import BUDGET_HELP, parse_budget
 from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
@@ -39,8 +39,7 @@ from remat_cli.cli_common import (
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import Param, SolveOptions, Solver
+from remat_cli.solver import Param, SolveOptions, Solver
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -282,26 +281,14 @@ def convert(
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
 @friendly_errors
 def solvers(name: str | None, as_json: bool) -> None:
-    """The solver registry; with NAME, that solver's options."""
-    rows = []
-    for n in [name] if name else registry.names():
-        s = registry.get(n)
-        state, reason = s.availability()
-        rows.append(
-            {
-                "name": n,
-                "method": s.method,
-                "paper": s.paper,
-                "status": state,
-                "reason": reason,
-                "exact": s.exact,
-                "notes": s.notes(),
-                "params": [
-                    {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
-                    for p in s.params
-                ],
-            }
-        )
+    """The solver registry; with NAME, that solver's options.
+
+    The plain listing imports no solver (the registry's table describes the built-ins); NAME and
+    --json load the solver classes for their options, notes and exact availability.
+    """
+    rows = [
+        _solver_facts(n) if name or as_json else _listed(n) for n in ([name] if name else registry.names())
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -310,13 +297,43 @@ def solvers(name: str | None, as_json: bool) -> None:
         t.add_column(col)
     for r in rows:
         status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
-        notes = f"\n[dim]{r['notes']}[/]" if r["notes"] else ""
+        notes = f"\n[dim]{r['notes']}[/]" if r.get("notes") else ""
         t.add_row(r["name"], r["method"] + notes, r["paper"], status)
     err.print(t)
     if name:
         for p in rows[0]["params"]:
             flag = "--" + p["name"].replace("_", "-")
             err.print(f"  {flag} ({p['type']}, default {p['default']!r}): {p['help']}")
+
+
+def _listed(name: str) -> dict[str, Any]:
+    entry = registry.info(name)
+    missing = registry.missing_engines(name)
+    return {
+        "name": name,
+        "method": entry.method,
+        "paper": entry.paper,
+        "status": "missing engine" if missing else "available",
+        "reason": f"not installed: {', '.join(missing)}" if missing else "",
+        "exact": entry.exact,
+    }
+
+
+def _solver_facts(name: str) -> dict[str, Any]:
+    s = registry.get(name)
+    state, reason = s.availability()
+    return {
+        "name": name,
+        "method": s.method,
+        "paper": s.paper,
+        "status": state,
+        "reason": reason,
+        "exact": s.exact,
+        "notes": s.notes(),
+        "params": [
+            {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help} for p in s.params
+        ],
+    }
 
 
 @main.command()

@@ -20,12 +20,12 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 
+from remat_cli import registry
 from remat_cli.budget import BudgetError, parse_budget
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
 from remat_cli.solve import SolverBug
-from remat_cli.solvers import registry
 
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.schedule import (
     GraphRef,
@@ -20,8 +21,7 @@ from remat_cli.schedule import (
     baseline,
     simulate,
 )
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import SolveOptions, SolverResult
+from remat_cli.solver import SolveOptions, SolverResult
 
 
 class SolverBug(RuntimeError):

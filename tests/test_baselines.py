@@ -10,7 +10,7 @@ from remat_cli import generators as G
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solvers.base import SolveOptions
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers.chen import ChenGreedy, ChenSqrtN, _Passes
 from remat_cli.solvers.greedy import STRATEGIES, Greedy
 

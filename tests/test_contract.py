@@ -12,11 +12,11 @@ import time
 import pytest
 
 from remat_cli import generators as G
+from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import SolveOptions
+from remat_cli.solver import SolveOptions
 
 TIME_LIMIT = 3.0
 SLACK = 4.0  # model building, process start, decoding

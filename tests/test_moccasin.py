@@ -22,8 +22,8 @@ from remat_cli import generators as G
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.schedule import ScheduleError, baseline, peak_lower_bound, simulate, steps_from_sequence
 from remat_cli.solve import run_solver
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers import moccasin as M
-from remat_cli.solvers.base import SolveOptions
 
 
 def tiny_graph(n: int, seed: int, *, multi: bool = False) -> Graph:

@@ -65,7 +65,7 @@ from remat_cli.milp import EngineSettings, LinearModel, MilpResult
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends
 from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 PAPER = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, Moccasin §1.1, HiREmate B.3)"
 #: measured in bench/results/checkmate.json: with the V1/V2 cuts and the Moccasin warm start SCIP
@@ -833,7 +833,7 @@ def warm_start_steps(
     out: list[tuple[str, list[Step]]] = []
     if options.hint:
         out.append(("hint", list(options.hint)))
-    from remat_cli.solvers import registry
+    from remat_cli import registry
 
     try:
         greedy = registry.get("greedy")

@@ -60,7 +60,7 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends, setup_seconds
 from remat_cli.schedule import Step, baseline_steps, simulate
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.checkmate import (
     PAPER,
     CheckmateModel,

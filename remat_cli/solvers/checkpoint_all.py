@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline_steps
-from remat_cli.solvers.base import SolveOptions, Solver, SolverResult
+from remat_cli.solver import SolveOptions, Solver, SolverResult
 
 
 class CheckpointAll(Solver):

@@ -27,7 +27,7 @@ import math
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import SimResult, Step, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: chen-greedy skips a checkpoint set whose sequence computes more than this many times the nodes
 MAX_GROWTH = 3

@@ -36,7 +36,7 @@ import numpy as np
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64

@@ -67,7 +67,7 @@ from ortools.sat.python import cp_model
 
 from remat_cli.graph import Graph, NodeView
 from remat_cli.schedule import Step, baseline_steps, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: with one worker the search is stopped on CP-SAT's deterministic time (so a seed gives the same
 #: schedule twice); this fraction of the wall-clock budget is the deterministic limit, leaving
@@ -1029,7 +1029,7 @@ class Moccasin(Solver):
         graph: Graph, budget: int, options: SolveOptions, strategy: str = "auto"
     ) -> list[Step] | None:
         """The `greedy` solver's schedule, when that solver is installed (a CP-SAT hint only)."""
-        from remat_cli.solvers import registry
+        from remat_cli import registry
 
         try:
             greedy = registry.get("greedy")

@@ -39,7 +39,7 @@ from remat_cli.cli_common import (
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solver import Param, SolveOptions, Solver
+from remat_cli.solver import OptionError, Param, SolveOptions, Solver
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -70,11 +70,9 @@ def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
         else:
             raise BadInput(f"{key} needs a value")
         try:
-            value = p.type(raw)
-        except ValueError:
-            raise BadInput(f"{key}: {raw!r} is not a valid {p.type.__name__}") from None
-        if p.choices and value not in p.choices:
-            raise BadInput(f"{key}: {raw!r} is not one of {', '.join(p.choices)}")
+            value = p.parse(raw)
+        except OptionError as e:
+            raise BadInput(str(e)) from None
         out[p.name] = value
     return out
 

@@ -26,6 +26,7 @@ from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
 from remat_cli.solve import SolverBug
+from remat_cli.solver import OptionError
 
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -59,6 +60,8 @@ def friendly_errors(fn: F) -> F:
             raise BadInput(str(e)) from None
         except registry.UnknownSolver as e:
             raise BadInput(e.args[0]) from None
+        except OptionError as e:
+            raise BadInput(str(e)) from None
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))

@@ -1,4 +1,4 @@
-"""The remat-graph v1 format (DESIGN.md §1): pydantic models, validation and the canonical hash.
+"""The remat-graph v1 format (docs/FORMATS.md §1): pydantic models, validation and the canonical hash.
 
 A graph is bipartite: *values* (tensors) and *nodes* (operators). Solvers that think of one
 output per node (Checkmate, Moccasin, FastSA) use :class:`NodeView`, which folds each node's

@@ -20,7 +20,8 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from remat_cli.solver import Solver
+    from remat_cli.graph import Graph
+    from remat_cli.solver import SolveOptions, Solver, SolverResult
 
 
 @dataclass(frozen=True)
@@ -149,3 +150,26 @@ def info(name: str) -> Entry:
 def missing_engines(name: str) -> list[str]:
     """The packages of :attr:`Entry.requires` that are not installed (checked without importing)."""
     return [m for m in info(name).requires if not _exists(m)]
+
+
+def call_solver(
+    name: str, graph: Graph, budget: int, options: SolveOptions, notes: list[str]
+) -> SolverResult | None:
+    """Run solver `name` on behalf of another (a warm start, a leaf of a hierarchy).
+
+    None when it is not registered, its engine is unavailable or it does not apply to `graph`:
+    such helpers are optional and skipped without a word. Any other failure is a bug in the
+    helper: it also gives None, but is appended to `notes`, which the caller puts into its
+    result's message, so it never disappears silently.
+    """
+    try:
+        solver = get(name)
+    except UnknownSolver:
+        return None
+    if solver.availability()[0] != "available" or solver.supports(graph) is not None:
+        return None
+    try:
+        return solver.solve(graph, budget, solver.resolve(options))
+    except Exception as e:  # noqa: BLE001 - reported in the caller's message, see above
+        notes.append(f"{name} failed: {type(e).__name__}: {e}")
+        return None

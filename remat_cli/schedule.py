@@ -1,4 +1,4 @@
-"""The remat-schedule v1 format and the simulator that defines what a schedule means (DESIGN.md §2).
+"""The remat-schedule v1 format and the simulator that defines what a schedule means (docs/FORMATS.md §2).
 
 `simulate()` is the single source of truth: every solver's steps go through it and the
 `summary` of a written schedule comes from it, never from a solver's own bookkeeping.
@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -68,6 +69,14 @@ class SolverInfo(BaseModel):
     message: str | None = None
 
 
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """(objective − bound) / objective, the `gap` of a schedule's solver block and of every
+    progress line; None unless both are known and finite, 0 for a zero objective."""
+    if objective is None or bound is None or not (math.isfinite(objective) and math.isfinite(bound)):
+        return None
+    return max(0.0, objective - bound) / abs(objective) if objective else 0.0
+
+
 class Summary(BaseModel):
     peak_memory: int
     cost: float
@@ -105,7 +114,7 @@ class SimResult:
 
 
 def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:
-    """Run `steps` on `graph` by the rules of DESIGN.md §2; raise ScheduleError when invalid."""
+    """Run `steps` on `graph` by the rules of docs/FORMATS.md §2; raise ScheduleError when invalid."""
     nodes = graph.node_map
     values = graph.value_map
     live: set[str] = {v.id for v in graph.values if v.resident}

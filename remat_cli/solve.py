@@ -19,6 +19,7 @@ from remat_cli.schedule import (
     Step,
     Summary,
     baseline,
+    relative_gap,
     simulate,
 )
 from remat_cli.solver import SolveOptions, SolverResult
@@ -74,13 +75,6 @@ def build_schedule(
     )
 
 
-def relative_gap(objective: float | None, bound: float | None) -> float | None:
-    """(objective - bound) / objective on the total cost; None unless the solver proves a bound."""
-    if objective is None or bound is None:
-        return None
-    return max(0.0, objective - bound) / objective if objective > 0 else 0.0
-
-
 def run_solver(
     graph: Graph, budget: int, name: str, options: SolveOptions
 ) -> tuple[Schedule | None, SolverResult]:
@@ -89,8 +83,6 @@ def run_solver(
     Ctrl-C during the solve returns the last incumbent the solver reported, if any.
     """
     solver = registry.get(name)
-    params = solver.defaults() | options.params
-    options.params = params
     incumbent: list[list[Step]] = []
     user_cb = options.on_incumbent
 
@@ -99,18 +91,20 @@ def run_solver(
         if user_cb is not None:
             user_cb(steps)
 
-    options.on_incumbent = remember
-    options.started = time.monotonic()
+    # a new, resolved SolveOptions: the caller's is never changed
+    resolved = solver.resolve(options)
+    resolved.on_incumbent = remember
+    resolved.started = time.monotonic()
     try:
-        result = solver.solve(graph, budget, options)
+        result = solver.solve(graph, budget, resolved)
     except KeyboardInterrupt:
         if not incumbent:
             raise
         result = SolverResult(
             steps=incumbent[0], status="feasible", message="interrupted; best schedule so far"
         )
-    seconds = time.monotonic() - options.started
-    result.params = params | result.params
+    seconds = time.monotonic() - resolved.started
+    result.params = resolved.params | result.params
     if result.steps is None:
         return None, result
     return build_schedule(graph, budget, name, result, seconds), result

@@ -8,6 +8,7 @@ builds the Schedule, so a solver's own bookkeeping never reaches the user.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +31,35 @@ class Param:
     default: Any
     help: str
     choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any) -> Any:
+        """`value` as this option's type (an int is a valid float), or OptionError."""
+        ok = isinstance(value, self.type) and (self.type is bool or not isinstance(value, bool))
+        if not ok and self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise OptionError(f"{self.flag}: {value!r} is not a valid {self.type.__name__}")
+        if self.choices and value not in self.choices:
+            raise OptionError(f"{self.flag}: {value!r} is not one of {', '.join(self.choices)}")
+        return value
+
+    def parse(self, text: str) -> Any:
+        """The command-line text of this option, converted and checked."""
+        try:
+            value = self.type(text)
+        except ValueError:
+            raise OptionError(f"{self.flag}: {text!r} is not a valid {self.type.__name__}") from None
+        if self.choices and value not in self.choices:
+            raise OptionError(f"{self.flag}: {text!r} is not one of {', '.join(self.choices)}")
+        return self.check(value)
+
+
+class OptionError(ValueError):
+    """A solver option with an unknown name, a wrong type or a value outside its choices."""
 
 
 @dataclass
@@ -76,8 +106,13 @@ class Solver(ABC):
     name: ClassVar[str]
     method: ClassVar[str]
     paper: ClassVar[str]
-    #: True when status "optimal" is a proof (checked against brute force in the tests)
+    #: True when status "optimal" is a proof (remat_cli.testing checks it against brute force)
     exact: ClassVar[bool] = False
+    #: options under which an `exact` solver's space is the fixed-order stage space of the brute
+    #: force (e.g. enough copies per node); used by remat_cli.testing only
+    exact_params: ClassVar[dict[str, Any]] = {}
+    #: True when solve() starts from `options.hint`: its result is then never worse than the hint
+    warm_starts: ClassVar[bool] = False
     params: ClassVar[tuple[Param, ...]] = ()
 
     def availability(self) -> tuple[Availability, str]:
@@ -95,5 +130,35 @@ class Solver(ABC):
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params}
 
+    def resolve(self, options: SolveOptions) -> SolveOptions:
+        """A copy of `options` whose `params` hold every declared option, checked, defaults filled
+        in; `options` itself is not changed. `solve()` reads ``options.params[name]`` from it.
+        """
+        spec = {p.name: p for p in self.params}
+        unknown = [k for k in options.params if k not in spec]
+        if unknown:
+            known = ", ".join(p.flag for p in self.params) or "none"
+            raise OptionError(
+                f"unknown option {unknown[0]!r} for solver {self.name!r} (its options: {known})"
+            )
+        params = self.defaults() | {k: spec[k].check(v) for k, v in options.params.items()}
+        return dataclasses.replace(options, params=params)
+
     @abstractmethod
-    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult: ...
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        """A schedule of `graph` whose peak is at most `budget` bytes, at the least cost found.
+
+        `options` come resolved (:meth:`resolve`): ``options.params[name]`` holds every declared
+        option. The result's status says what the steps are:
+
+        - "optimal": within budget, and proven least-cost in the solver's space (``exact`` solvers);
+        - "feasible": within budget, no proof;
+        - "infeasible": no schedule within budget exists in the solver's space or none was found;
+          `steps` may still hold the lowest-peak schedule found (over budget) or be None, and
+          `best_peak` is the lowest peak the solver established, if any (> `budget`);
+        - "unknown": nothing found in the time limit (steps None).
+
+        `objective` (when set) is the cost of the returned steps, `lower_bound` a proven bound on
+        the least cost within budget. Never touch files or the terminal; report incumbents with
+        ``options.incumbent`` and progress with ``options.progress``.
+        """

@@ -105,7 +105,7 @@ def test_bad_graphs(tmp_path: Path, mutate, fragment: str) -> None:  # noqa: ANN
 def test_corrupt_onnx(tmp_path: Path) -> None:
     p = tmp_path / "model.onnx"
     p.write_bytes(b"\x08\x07garbage\xff\xfe not a protobuf")
-    assert_bad_input(remat("info", p), "")
+    assert_bad_input(remat("info", p), "is not an ONNX model (protobuf parse failed)")
 
 
 def test_unknown_solver(graph_file: Path) -> None:

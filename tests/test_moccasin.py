@@ -210,17 +210,6 @@ def test_hint_is_used_and_never_beaten_by_worse() -> None:
     assert "phase 1 skipped" in (result.message or "")
 
 
-def test_non_recomputable_nodes_run_once() -> None:
-    g = tiny_graph(6, 3)
-    budget = budgets(g)[1]
-    schedule, _ = solve(g, budget, max_copies=6)
-    if schedule is not None:
-        computed = [s.node for s in schedule.steps if s.op == "compute"]
-        for node in g.nodes:
-            if not node.recomputable:
-                assert computed.count(node.id) <= 1
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_repair_and_lower_peak_give_valid_starts(seed: int) -> None:
     """Another solver's sequence (here: a node computed up to 4 times) is cut to C_v copies, and a

@@ -64,7 +64,7 @@ from remat_cli.graph import Graph
 from remat_cli.milp import EngineSettings, LinearModel, MilpResult
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends
-from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
+from remat_cli.schedule import Step, baseline_steps, relative_gap, simulate, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 PAPER = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, Moccasin §1.1, HiREmate B.3)"
@@ -818,10 +818,11 @@ def hint_vector(cm: CheckmateModel, steps: list[Step]) -> np.ndarray | None:
 
 
 def warm_start_steps(
-    graph: Graph, budget: int, options: SolveOptions, moccasin_share: float = 0.0
+    graph: Graph, budget: int, options: SolveOptions, moccasin_share: float, notes: list[str]
 ) -> list[tuple[str, list[Step]]]:
     """Candidate warm starts: the user's --hint, the greedy schedule, a short run of the staged
-    Moccasin CP (when `moccasin_share` > 0), the baseline.
+    Moccasin CP (when `moccasin_share` > 0), the baseline. A helper solver that fails is named
+    in `notes` (one that is not installed is skipped: the baseline always exists).
 
     Moccasin's staged time domain (Moccasin §2.3, eq. 11: stage j computes nodes ≤ j in order and
     runs node j for the first time at its end) is exactly Checkmate's stage space with at most
@@ -830,35 +831,22 @@ def warm_start_steps(
     n100 at 80%: the published optimum 2.30% in 2.2 s, where the greedy repair gives 10.4%), and
     a good incumbent is what lets the MILP's branch and bound prune.
     """
+    from remat_cli.registry import call_solver
+
     out: list[tuple[str, list[Step]]] = []
     if options.hint:
         out.append(("hint", list(options.hint)))
-    from remat_cli import registry
-
-    try:
-        greedy = registry.get("greedy")
-        sub = SolveOptions(time_limit=min(5.0, options.remaining() or 5.0), seed=options.seed, workers=1)
-        res = greedy.solve(graph, budget, sub)
-        if res.steps is not None:
-            out.append(("greedy", res.steps))
-    except Exception:  # greedy is optional (another module); the baseline always exists
-        pass
+    sub = SolveOptions(time_limit=min(5.0, options.remaining() or 5.0), seed=options.seed, workers=1)
+    res = call_solver("greedy", graph, budget, sub, notes)
+    if res is not None and res.steps is not None:
+        out.append(("greedy", res.steps))
     rem = options.remaining()
     if moccasin_share > 0 and (rem is None or rem >= 2.0):
-        try:
-            mocc = registry.get("moccasin")
-            limit = min(30.0, moccasin_share * rem) if rem is not None else 30.0
-            sub = SolveOptions(
-                time_limit=limit,
-                seed=options.seed,
-                workers=options.workers,
-                hint=options.hint,
-            )
-            res = mocc.solve(graph, budget, sub)
-            if res.steps is not None and simulate(graph, res.steps).peak_memory <= budget:
-                out.append((f"moccasin ({res.status})", res.steps))
-        except Exception:  # moccasin is another module; the MILP runs without it
-            pass
+        limit = min(30.0, moccasin_share * rem) if rem is not None else 30.0
+        sub = SolveOptions(time_limit=limit, seed=options.seed, workers=options.workers, hint=options.hint)
+        res = call_solver("moccasin", graph, budget, sub, notes)
+        if res is not None and res.steps is not None and simulate(graph, res.steps).peak_memory <= budget:
+            out.append((f"moccasin ({res.status})", res.steps))
     out.append(("baseline", baseline_steps(graph)))
     return out
 
@@ -883,6 +871,7 @@ class Checkmate(Solver):
     method = "MILP over frontier-advancing stages (R, S, FREE, U) in the fixed `order`"
     paper = PAPER
     exact = True
+    warm_starts = True
     params = (
         Param(
             "backend",
@@ -927,7 +916,20 @@ class Checkmate(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        p = self.defaults() | options.params
+        """An optimal schedule of the stage space (status "optimal", within `options.params
+        ["rel_gap"]`), else the best found in the time ("feasible"), or no steps with status
+        "infeasible" (the MILP has no solution: then `best_peak` is the lowest peak of the warm
+        starts) or "unknown" (no solution found in the time)."""
+        notes: list[str] = []
+        res = self._solve(graph, budget, options, notes)
+        if notes:  # a warm-start helper failed: say so
+            res.message = "; ".join(m for m in (res.message, *notes) if m)
+        return res
+
+    def _solve(
+        self, graph: Graph, budget: int, options: SolveOptions, helper_notes: list[str]
+    ) -> SolverResult:
+        p = options.params
         st = stages_of(graph, budget)
         backend = str(p["backend"])
         integer_u = backend == "cpsat"
@@ -939,7 +941,7 @@ class Checkmate(Solver):
             "cuts": str(p["cuts"]),
         }
         cuts = parse_cuts(str(p["cuts"]))
-        warm = warm_start_steps(graph, budget, options, float(p["moccasin_share"]))
+        warm = warm_start_steps(graph, budget, options, p["moccasin_share"], helper_notes)
         fallback_peak = min(simulate(graph, s).peak_memory for _, s in warm)
         if st.capacity < 0 or st.T == 0:
             if st.T == 0:
@@ -1078,7 +1080,7 @@ def run_checkmate(
             bound_overhead=None if bnd is None else bnd / base - 1.0,
             # on the total cost, as the schedule's solver block reports it (the engine's own gap
             # is on the recomputation cost alone)
-            gap=None if inc is None or bnd is None else max(inc - bnd, 0.0) / max(inc, 1e-12),
+            gap=relative_gap(inc, bnd),
         )
 
     es = engine_settings(options, backend)

@@ -201,7 +201,7 @@ class CheckmateLP(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        p = self.defaults() | options.params
+        p = options.params
         frac = float(p["lp_budget"])
         n_round = int(p["roundings"])
         params: dict[str, Any] = {"lp_budget": frac, "roundings": n_round}

@@ -228,7 +228,7 @@ class ChenGreedy(Solver):
         passes = _Passes(graph)
         total = max(1, sum(passes.out_bytes.values()))
         smallest = max(1, min((b for b in passes.out_bytes.values() if b > 0), default=1))
-        count = max(2, int(options.params.get("sweep", 40)))
+        count = max(2, options.params["sweep"])
         # b from one value's size to the whole forward pass, geometrically
         grid = sorted({int(smallest * (total / smallest) ** (i / (count - 1))) for i in range(count)})
         tried: list[tuple[list[Step], SimResult, str]] = []

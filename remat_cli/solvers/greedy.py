@@ -534,7 +534,7 @@ class Greedy(Solver):
                 steps=base, status="feasible", objective=base_sim.cost, message="baseline fits"
             )
         a = _arrays(graph)
-        choice = str(options.params.get("strategy", "auto"))
+        choice = options.params["strategy"]
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only
         strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
 

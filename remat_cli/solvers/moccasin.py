@@ -66,7 +66,7 @@ from functools import reduce
 from ortools.sat.python import cp_model
 
 from remat_cli.graph import Graph, NodeView
-from remat_cli.schedule import Step, baseline_steps, steps_from_sequence
+from remat_cli.schedule import Step, baseline_steps, relative_gap, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: with one worker the search is stopped on CP-SAT's deterministic time (so a seed gives the same
@@ -742,6 +742,8 @@ class Moccasin(Solver):
     #: node). With C_v ≥ n the staged space is Checkmate's fixed-order stage space, checked
     #: against brute force in tests/test_moccasin.py.
     exact = True
+    exact_params = {"max_copies": 8}  # C_v ≥ T on the tiny graphs: the whole stage space
+    warm_starts = True
     params = (
         Param("max_copies", int, 2, "C_v: at most this many computations of a node (§2)"),
         Param("free_order", bool, False, "free operator order (§2.1, domain ΣC_v) instead of the staged one"),
@@ -764,7 +766,7 @@ class Moccasin(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        params = self.defaults() | options.params
+        params = options.params
         c_v = max(1, int(params["max_copies"]))
         staged = not bool(params["free_order"])
         view = graph.node_view
@@ -790,6 +792,7 @@ class Moccasin(Solver):
         # eviction heuristic, each repaired (§2.4: phase 2 starts from a memory-feasible solution;
         # phase 1 from the lowest-peak one when none fits).
         sequences: list[tuple[str, list[int]]] = []
+        helper_notes: list[str] = []  # failures of the greedy helper, reported in the message
 
         def add(cname: str, steps: list[Step]) -> bool:
             """Add a start and its repair; whether one of them fits the budget."""
@@ -834,7 +837,7 @@ class Moccasin(Solver):
                 elif options.time_limit is not None and spent > GREEDY_SHARE * options.time_limit:
                     break
                 calls += 1
-                steps = self._greedy(graph, int(budget * frac), options, strategy)
+                steps = self._greedy(graph, int(budget * frac), options, strategy, helper_notes)
                 label = "greedy" if frac == 1 else f"greedy {strategy}@{frac:.1%}"
                 fits = bool(steps and add(label, steps)) or fits
             if fits:
@@ -898,7 +901,7 @@ class Moccasin(Solver):
                 prm.max_deterministic_time = max(0.01, det_left)
             return solver
 
-        notes: list[str] = []
+        notes: list[str] = list(helper_notes)
         start_ivs: list[list[Interval]] | None = None
         if feasible:
             c, _, src, start_ivs = feasible[0]
@@ -998,7 +1001,7 @@ class Moccasin(Solver):
         if obj > fallback_cost:  # never return worse than the start
             ivs, obj = start_ivs, fallback_cost
         optimal = status == cp_model.OPTIMAL or bound >= obj
-        gap = (obj - bound) / obj if obj else 0.0
+        gap = relative_gap(obj, bound) or 0.0
         notes.append(f"phase 2: {solver.status_name(status).lower()}, gap {gap:.2%}")
         return self._result(
             _decode(m, graph, ivs), "optimal" if optimal else "feasible", obj, bound, unit, used, notes
@@ -1026,23 +1029,17 @@ class Moccasin(Solver):
 
     @staticmethod
     def _greedy(
-        graph: Graph, budget: int, options: SolveOptions, strategy: str = "auto"
+        graph: Graph, budget: int, options: SolveOptions, strategy: str, notes: list[str]
     ) -> list[Step] | None:
         """The `greedy` solver's schedule, when that solver is installed (a CP-SAT hint only)."""
         from remat_cli import registry
 
-        try:
-            greedy = registry.get("greedy")
-        except registry.UnknownSolver:
-            return None
         remaining = options.remaining()
         sub = SolveOptions(
             time_limit=None if remaining is None else max(0.1, 0.1 * remaining),
             seed=options.seed,
             workers=1,
-            params=greedy.defaults() | {"strategy": strategy},
+            params={"strategy": strategy},
         )
-        try:
-            return greedy.solve(graph, budget, sub).steps
-        except Exception:  # a hint is optional: a failing helper solver must not stop moccasin
-            return None
+        res = registry.call_solver("greedy", graph, budget, sub, notes)
+        return None if res is None else res.steps

@@ -88,7 +88,9 @@ def tiny_graph(n: int, seed: int) -> Graph:
 
 @cache
 def tiny_graphs() -> tuple[Graph, ...]:
-    return (G.linear(3, seed=5), *(tiny_graph(random.Random(s).randint(3, 7), s) for s in range(4)))
+    """A chain and random DAGs; seeds 0 and 95 (8 nodes) have budgets where the greedy heuristic
+    misses the optimum, so a heuristic that claims "optimal" fails the exact check."""
+    return (G.linear(3, seed=5), tiny_graph(8, 0), tiny_graph(8, 95), tiny_graph(5, 1), tiny_graph(6, 2))
 
 
 def budget_for(graph: Graph, fraction: float) -> int:
@@ -97,8 +99,11 @@ def budget_for(graph: Graph, fraction: float) -> int:
 
 
 def tiny_budgets(graph: Graph) -> list[int]:
+    """Every budget from the lower bound to the baseline peak when there are few, else five."""
     lo, hi = peak_lower_bound(graph), baseline(graph).peak_memory
-    return sorted({lo, (lo + hi) // 2, hi})
+    if hi - lo <= 8:
+        return list(range(lo, hi + 1))
+    return sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi})
 
 
 def _fail(check: str, message: str) -> AssertionError:
@@ -221,14 +226,14 @@ def check_time_limit(solver: Solver) -> None:
 
 
 def check_deterministic(solver: Solver) -> None:
-    """The same seed (one worker) gives the same status and steps."""
+    """The same seed (one worker) gives the same status and steps, three runs on two graphs."""
     name = "check_deterministic"
-    for g in _graphs(solver, name, [contract_graphs()["layered"], *contract_graphs().values()]):
+    graphs = contract_graphs()
+    for g in list(_graphs(solver, name, [graphs["layered"], graphs["unet"]])):
         budget = budget_for(g, 0.8)
-        runs = [_run(solver, g, budget, time_limit=TIME_LIMIT, seed=7, workers=1)[0] for _ in range(2)]
-        if (runs[0].status, runs[0].steps) != (runs[1].status, runs[1].steps):
-            raise _fail(name, f"{g.name}: two runs with seed 7 differ")
-        return
+        runs = [_run(solver, g, budget, time_limit=TIME_LIMIT, seed=7, workers=1)[0] for _ in range(3)]
+        if any((r.status, r.steps) != (runs[0].status, runs[0].steps) for r in runs[1:]):
+            raise _fail(name, f"{g.name}: three runs with seed 7 differ")
 
 
 def check_options_not_mutated(solver: Solver) -> None:
@@ -283,8 +288,8 @@ def check_hint_never_worse(solver: Solver) -> None:
 
 def check_exact_matches_brute_force(solver: Solver) -> None:
     """For an `exact` solver: "optimal" is a proof — on tiny graphs (single-output nodes) its cost
-    equals the exhaustive optimum of the fixed-order stage space, and "no schedule" happens only
-    where there is none. `exact_params` set the options under which its space is that space."""
+    equals the exhaustive optimum of the fixed-order stage space, a schedule is found wherever
+    that space has one, and "optimal" is never claimed where it has none. `exact_params` set the options under which its space is that space."""
     name = "check_exact_matches_brute_force"
     for g in _graphs(solver, name, tiny_graphs()):
         for budget in tiny_budgets(g):
@@ -294,9 +299,9 @@ def check_exact_matches_brute_force(solver: Solver) -> None:
             )
             sim = _check_claims(name, g, budget, result)
             where = f"{g.name} at budget {budget:,}"
-            if ref is None:
-                if result.status in ("optimal", "feasible"):
-                    raise _fail(name, f"{where}: {result.status!r} where no schedule exists")
+            if ref is None:  # a schedule outside the stage space may still fit: no proof of one
+                if result.status == "optimal":
+                    raise _fail(name, f"{where}: 'optimal' where the stage space has no schedule")
                 continue
             if result.status != "optimal" or sim is None:
                 raise _fail(name, f"{where}: {result.status!r}, the optimum {ref} exists")

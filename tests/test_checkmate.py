@@ -167,9 +167,9 @@ def test_multi_output_nodes_never_beat_brute_force() -> None:
         g = random_graph(5, 100 + seed, multi=True)
         for budget in budgets(g):
             ref = brute_force_min_cost(g, budget)
-            got, _ = _cost(g, budget, "checkmate")
-            if ref is None:
-                assert got is None, (seed, budget)  # the block space is a subset
+            got, res = _cost(g, budget, "checkmate")
+            if ref is None:  # the block space is a subset: only a warm start outside it fits
+                assert got is None or "outside the fixed order" in (res.message or ""), (seed, budget)
             elif got is not None:
                 assert got >= ref - 1e-9, (seed, budget)
                 compared += 1
@@ -217,20 +217,23 @@ def test_baseline_is_a_feasible_warm_start_and_decodes_to_itself() -> None:
 
 def test_infeasible_budget_reports_lowest_peak() -> None:
     # budgets at or above the lower bound where the stage space has no schedule (brute force):
-    # the MILP must say infeasible and report a lowest peak that is over the budget yet real
-    ran = 0
+    # the MILP says infeasible and reports a lowest peak that is over the budget yet real, unless
+    # a warm start outside the fixed order (greedy) fits, which is then returned as feasible
+    infeasible = outside = 0
     for name, g in CASES:
         lo, hi = peak_lower_bound(g), baseline(g).peak_memory
-        budget = max((b for b in range(lo, hi) if brute_force_min_cost(g, b) is None), default=None)
-        if budget is None:
-            continue
-        sched, res = run_solver(g, budget, "checkmate", SolveOptions(time_limit=10, workers=1))
-        assert sched is None or sched.solver.status == "infeasible", name
-        assert res.status == "infeasible", (name, budget, res.status)
-        assert res.best_peak is not None and lo <= res.best_peak, (name, budget)
-        assert res.best_peak > budget, (name, budget, res.best_peak)
-        ran += 1
-    assert ran >= 3, "too few cases with an infeasible budget above the lower bound"
+        for budget in [b for b in range(lo, hi) if brute_force_min_cost(g, b) is None][-2:]:
+            sched, res = run_solver(g, budget, "checkmate", SolveOptions(time_limit=10, workers=1))
+            if res.status == "feasible":
+                assert sched is not None and sched.summary.peak_memory <= budget, (name, budget)
+                assert "outside the fixed order" in (res.message or ""), (name, budget)
+                outside += 1
+                continue
+            assert sched is None and res.status == "infeasible", (name, budget, res.status)
+            assert res.best_peak is not None and lo <= res.best_peak, (name, budget)
+            assert res.best_peak > budget, (name, budget, res.best_peak)
+            infeasible += 1
+    assert infeasible >= 3, "too few cases with an infeasible budget above the lower bound"
 
 
 def test_incumbents_and_progress_are_reported() -> None:

@@ -17,8 +17,17 @@ from remat_cli.testing import budget_for, parametrize_with_checks
 AVAILABLE = [n for n in registry.names() if registry.get(n).availability()[0] == "available"]
 
 
+#: known defects, each a strict xfail: it turns red once fixed, so the entry is removed then
+KNOWN_DEFECTS = {
+    ("hilp", "check_time_limit"): "hilp takes 11-15 s with --time-limit 3 on RL n80 at 70% (issue 21)",
+}
+
+
 @parametrize_with_checks(AVAILABLE)
-def test_contract(solver, check) -> None:  # noqa: ANN001 - pytest parameters
+def test_contract(solver, check, request: pytest.FixtureRequest) -> None:  # noqa: ANN001
+    reason = KNOWN_DEFECTS.get((solver.name, check.__name__))
+    if reason is not None:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     check(solver)
 
 

@@ -53,6 +53,7 @@ the bench optima 2–3× faster than HiGHS once V1/V2 are in (bench/results/chec
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -917,17 +918,31 @@ class Checkmate(Solver):
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         """An optimal schedule of the stage space (status "optimal", within `options.params
-        ["rel_gap"]`), else the best found in the time ("feasible"), or no steps with status
-        "infeasible" (the MILP has no solution: then `best_peak` is the lowest peak of the warm
-        starts) or "unknown" (no solution found in the time)."""
+        ["rel_gap"]`), else the best found in the time ("feasible"). When the MILP finds nothing
+        ("infeasible": the stage space has no schedule within budget; "unknown": none found in
+        the time) but a warm start outside the fixed order (the hint, greedy) fits the budget,
+        that one is returned as "feasible"; else no steps, with `best_peak` the lowest peak of
+        the warm starts."""
         notes: list[str] = []
-        res = self._solve(graph, budget, options, notes)
-        if notes:  # a warm-start helper failed: say so
+        warm = warm_start_steps(graph, budget, options, options.params["moccasin_share"], notes)
+        res = self._solve(graph, budget, options, warm)
+        if res.steps is None and res.status in ("infeasible", "unknown"):
+            fits = [
+                (sim.cost, src, s) for src, s in warm if (sim := simulate(graph, s)).peak_memory <= budget
+            ]
+            if fits:
+                cost, src, steps = min(fits, key=lambda f: f[0])
+                why = "the stage space has none" if res.status == "infeasible" else "the MILP found none"
+                res = dataclasses.replace(
+                    res, steps=steps, status="feasible", objective=cost, best_peak=None, lower_bound=None
+                )
+                notes.append(f"within budget: the {src} schedule, outside the fixed order ({why})")
+        if notes:  # a helper failed or a warm start was the answer: say so
             res.message = "; ".join(m for m in (res.message, *notes) if m)
         return res
 
     def _solve(
-        self, graph: Graph, budget: int, options: SolveOptions, helper_notes: list[str]
+        self, graph: Graph, budget: int, options: SolveOptions, warm: list[tuple[str, list[Step]]]
     ) -> SolverResult:
         p = options.params
         st = stages_of(graph, budget)
@@ -941,7 +956,6 @@ class Checkmate(Solver):
             "cuts": str(p["cuts"]),
         }
         cuts = parse_cuts(str(p["cuts"]))
-        warm = warm_start_steps(graph, budget, options, p["moccasin_share"], helper_notes)
         fallback_peak = min(simulate(graph, s).peak_memory for _, s in warm)
         if st.capacity < 0 or st.T == 0:
             if st.T == 0:

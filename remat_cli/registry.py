@@ -66,7 +66,7 @@ BUILTIN: dict[str, Entry] = {
         requires=("ortools", "scipy"),
     ),
     "checkmate-lp": Entry(
-        "remat_cli.solvers.checkmate_lp:CheckmateLP",
+        "remat_cli.solvers.checkmate:CheckmateLP",
         "LP relaxation of the Checkmate MILP + two-phase (threshold / randomized) rounding",
         _CHECKMATE + ", §5 (LP rounding)",
         requires=("ortools", "scipy"),

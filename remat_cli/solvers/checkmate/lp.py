@@ -61,18 +61,14 @@ from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends, setup_seconds
 from remat_cli.schedule import Step, baseline_steps, simulate
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.checkmate import (
-    PAPER,
-    CheckmateModel,
+from remat_cli.solvers.checkmate.decode import (
     S_from_steps,
-    Stages,
-    build_model,
     greedy_repair_S,
     improve_S,
     repair_S,
-    stages_of,
     steps_from_S,
 )
+from remat_cli.solvers.checkmate.model import PAPER, CheckmateModel, Stages, build_model, stages_of
 
 #: above this many stages checkmate-lp relaxes the "live" model with PDLP: RL n250 at 81%
 #: (T = 250) took 42 s with HiGHS dual simplex on the loaded 2-core machine, the full model not

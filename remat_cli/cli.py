@@ -37,7 +37,7 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.graph import Graph
-from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
+from remat_cli.schedule import Schedule, ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver
 
@@ -231,15 +231,15 @@ def validate(
     limit = parse_budget(budget, base.peak_memory) if budget is not None else s.budget
     report: dict[str, Any] = {"valid": False, "graph_matches": s.graph.sha256 == g.sha256(), "budget": limit}
     try:
-        sim = simulate(g, s.steps)
+        ev = evaluate(g, s.steps, limit, base)
         report |= {
             "valid": True,
-            "peak_memory": sim.peak_memory,
-            "cost": sim.cost,
-            "overhead": sim.cost / base.cost - 1 if base.cost else 0.0,
-            "recomputations": sim.recomputations,
+            "peak_memory": ev.sim.peak_memory,
+            "cost": ev.sim.cost,
+            "overhead": ev.overhead,
+            "recomputations": ev.sim.recomputations,
             "baseline_peak_memory": base.peak_memory,
-            "within_budget": limit is None or sim.peak_memory <= limit,
+            "within_budget": ev.within_budget,
         }
     except ScheduleError as e:
         report["error"] = str(e)

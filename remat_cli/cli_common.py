@@ -8,7 +8,6 @@ command, so the imports only point downward.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import tempfile
@@ -186,10 +185,5 @@ def print_summary(s: Schedule) -> None:
 
 
 def read_schedule(path: str) -> Schedule:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read schedule {path}: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != "remat-schedule":
-        raise BadInput(f"{path} is not a remat-schedule file")
-    return Schedule.model_validate(data)
+    """A remat-schedule file (:meth:`Schedule.load`); inside `friendly_errors` a bad one is exit 2."""
+    return Schedule.load(path)

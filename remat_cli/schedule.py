@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -102,6 +104,18 @@ class Schedule(BaseModel):
     def to_json(self) -> str:
         return self.model_dump_json(indent=1, exclude_none=True)
 
+    @classmethod
+    def load(cls, path: str | Path) -> Schedule:
+        """Read a remat-schedule file; ScheduleError when it is not one (pydantic's
+        ValidationError when its fields are wrong)."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ScheduleError(f"cannot read schedule {path}: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
+            raise ScheduleError(f"{path} is not a remat-schedule file")
+        return cls.model_validate(data)
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -166,6 +180,42 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     return SimResult(peak, cost, computes, recomputations, tuple(profile))
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """A schedule's steps simulated and measured against a budget and the baseline: what
+    `remat validate` reports and what a written schedule's summary holds."""
+
+    sim: SimResult
+    base: SimResult
+    budget: int | None
+
+    @property
+    def within_budget(self) -> bool:
+        return self.budget is None or self.sim.peak_memory <= self.budget
+
+    @property
+    def overhead(self) -> float:
+        """cost / baseline cost − 1 (0 for a graph that costs nothing)."""
+        return self.sim.cost / self.base.cost - 1.0 if self.base.cost > 0 else 0.0
+
+    def summary(self) -> Summary:
+        return Summary(
+            peak_memory=self.sim.peak_memory,
+            cost=self.sim.cost,
+            baseline_peak_memory=self.base.peak_memory,
+            baseline_cost=self.base.cost,
+            overhead=self.overhead,
+            recomputations=self.sim.recomputations,
+        )
+
+
+def evaluate(
+    graph: Graph, steps: Iterable[Step], budget: int | None, base: SimResult | None = None
+) -> Evaluation:
+    """Simulate `steps` (ScheduleError when invalid) and measure them against `budget`."""
+    return Evaluation(simulate(graph, steps), base or baseline(graph), budget)
+
+
 def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
     """Compute steps for `sequence` (node ids, repeats allowed), each value freed right after
     its last use before its producer runs again (right after production when unused).
@@ -205,8 +255,7 @@ def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
 def baseline_steps(graph: Graph) -> list[Step]:
     """ "No rematerialization": run `order` (nodes some output needs), free each value after its
     last consumer, or right after its producer when nothing consumes it."""
-    needed = graph.needed_nodes
-    return steps_from_sequence(graph, [n for n in graph.topo_order if n in needed])
+    return steps_from_sequence(graph, graph.needed_order)
 
 
 def baseline(graph: Graph) -> SimResult:

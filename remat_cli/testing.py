@@ -369,7 +369,7 @@ def brute_force_min_cost(graph: Graph, budget: int) -> float | None:
     nodes have one output each the two coincide, so a per-node-block MILP (Checkmate, Moccasin)
     must reach exactly this optimum there; with multi-output nodes this optimum can only be lower.
     """
-    order = [n for n in graph.topo_order if n in graph.needed_nodes]
+    order = graph.needed_order
     nodes = [graph.node_map[n] for n in order]
     T = len(nodes)
     vm = graph.value_map

@@ -42,8 +42,7 @@ class _Passes:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        needed = graph.needed_nodes
-        program = [n for n in graph.topo_order if n in needed]
+        program = graph.needed_order
         nm = graph.node_map
         producer = graph.producer
         backward = {n for n in program if nm[n].phase == "backward"}

@@ -90,8 +90,7 @@ def _arrays(graph: Graph) -> _Arrays:
         for v in outs[-1]:
             producer[v] = k
     recomputable = [n.recomputable for n in graph.nodes]
-    needed = graph.needed_nodes
-    program = [nidx[n] for n in graph.topo_order if n in needed]
+    program = [nidx[n] for n in graph.needed_order]
     pos = {n: i for i, n in enumerate(program)}
     uses: list[list[int]] = [[] for _ in vids]
     for i, n in enumerate(program):

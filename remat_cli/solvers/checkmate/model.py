@@ -93,7 +93,7 @@ class Stages:
 
 def stages_of(graph: Graph, budget: int) -> Stages:
     v = graph.node_view
-    keep_idx = [i for i in range(len(v)) if v.needed[i]]
+    keep_idx = v.needed_index
     local = {g: k for k, g in enumerate(keep_idx)}
     mem = np.array([v.mem[i] for i in keep_idx], dtype=np.int64)
     ws = np.array([v.workspace[i] for i in keep_idx], dtype=np.int64)

@@ -156,7 +156,7 @@ class _Model:
 def _build(
     view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, staged: bool, precedence: str
 ) -> _Model:
-    nodes = [i for i in range(len(view)) if view.needed[i]]
+    nodes = list(view.needed_index)
     local = {v: k for k, v in enumerate(nodes)}
     n = len(nodes)
     preds = [[local[p] for p in view.preds[v]] for v in nodes]

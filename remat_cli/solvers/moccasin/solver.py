@@ -103,7 +103,7 @@ class Moccasin(Solver):
                 message="the budget is below the resident inputs and parameters",
                 best_peak=view.resident,
             )
-        needed = [i for i in range(len(view)) if view.needed[i]]
+        needed = view.needed_index
         if not needed:  # the outputs are inputs or parameters: nothing to run
             return SolverResult(steps=[], status="optimal", backend="none", objective=0.0, params=used)
         w, unit = _integer_costs([view.cost[i] for i in needed] or [0.0])

@@ -121,7 +121,6 @@ class Schedule(BaseModel):
 class SimResult:
     peak_memory: int
     cost: float
-    computes: int
     recomputations: int
     #: memory at each step (after frees, at the compute instant for computes)
     profile: tuple[int, ...] = ()
@@ -135,7 +134,6 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     mem = graph.resident_bytes
     peak = mem
     cost = 0.0
-    computes = 0
     seen: set[str] = set()
     recomputations = 0
     profile: list[int] = []
@@ -158,7 +156,6 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
             mem += out
             live.update(n.outputs)
             cost += n.cost
-            computes += 1
             if n.id in seen:
                 recomputations += 1
             seen.add(n.id)
@@ -177,7 +174,7 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     for v in graph.outputs:
         if v not in live:
             raise ScheduleError(f"graph output {v!r} is not live at the end")
-    return SimResult(peak, cost, computes, recomputations, tuple(profile))
+    return SimResult(peak, cost, recomputations, tuple(profile))
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ import pytest
 
 from remat_cli import generators as G
 from remat_cli import registry
-from remat_cli.schedule import simulate
+from remat_cli.graph import Graph
+from remat_cli.schedule import baseline_steps, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solver import OptionError, SolveOptions
-from remat_cli.testing import budget_for, parametrize_with_checks
+from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
+from remat_cli.testing import all_checks, budget_for, check_solver, parametrize_with_checks
 
 AVAILABLE = [n for n in registry.names() if registry.get(n).availability()[0] == "available"]
 
@@ -58,3 +59,28 @@ def test_bad_params_are_refused_by_the_solver_api(params: dict, fragment: str) -
     g = G.linear(5, seed=1)
     with pytest.raises(OptionError, match=fragment):
         run_solver(g, budget_for(g, 0.8), "greedy", SolveOptions(params=params))
+
+
+class OutOfTree(Solver):
+    """A solver defined outside the package, as a plugin would be: the baseline, honestly."""
+
+    name = "out-of-tree-baseline"
+    method = "the baseline, from a plugin"
+    paper = "—"
+    params = (Param("unused", int, 1, "an option, to exercise resolve()"),)
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        steps = baseline_steps(graph)
+        peak = simulate(graph, steps).peak_memory
+        if peak <= budget:
+            return SolverResult(steps=steps, status="feasible")
+        return SolverResult(steps=None, status="infeasible", best_peak=peak)
+
+
+def test_an_out_of_tree_solver_runs_the_same_suite() -> None:
+    check_solver(OutOfTree())
+    assert [c.__name__ for c in all_checks(OutOfTree())][:3] == [
+        "check_describes_itself",
+        "check_registry_entry",
+        "check_param_defaults",
+    ]

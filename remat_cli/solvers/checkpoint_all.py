@@ -9,6 +9,8 @@ from remat_cli.solver import SolveOptions, Solver, SolverResult
 
 
 class CheckpointAll(Solver):
+    """The baseline as a solver: the reference every overhead is measured against."""
+
     name = "checkpoint-all"
     method = "no rematerialization (baseline)"
     paper = "—"

@@ -194,6 +194,10 @@ def _result(
 
 
 class ChenSqrtN(Solver):
+    """Every ⌊√n⌋-th articulation point of the forward pass is a checkpoint (Chen et al. §4.1).
+    solve(): "feasible" when that schedule fits the budget, else "infeasible" with its steps
+    and peak as `best_peak`."""
+
     name = "chen-sqrtn"
     method = "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward"
     paper = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
@@ -215,6 +219,10 @@ class ChenSqrtN(Solver):
 
 
 class ChenGreedy(Solver):
+    """Chen et al.'s Algorithm 2 with the segment size b swept over a geometric grid.
+    solve(): the cheapest schedule of the sweep within budget ("feasible"), else "infeasible"
+    with the lowest-peak one's steps and peak as `best_peak`."""
+
     name = "chen-greedy"
     method = "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward"
     paper = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"

@@ -149,6 +149,8 @@ def round_schedules(
 
 
 class CheckmateLP(Solver):
+    """Checkmate's §5 approximation: the LP relaxation at a fraction of the budget, rounded."""
+
     name = "checkmate-lp"
     method = "LP relaxation of the Checkmate MILP + two-phase (threshold / randomized) rounding"
     paper = PAPER + ", §5 (LP rounding)"
@@ -197,6 +199,9 @@ class CheckmateLP(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        """The cheapest rounding of the LP point within budget ("feasible"; greedy-repaired when
+        every rounding misses), with the LP value as `lower_bound`; else "infeasible" with the
+        lowest rounded peak as `best_peak`. Never "optimal": the rounding proves nothing."""
         p = options.params
         frac = float(p["lp_budget"])
         n_round = int(p["roundings"])

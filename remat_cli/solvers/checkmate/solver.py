@@ -39,6 +39,8 @@ def engine_settings(options: SolveOptions, backend: str) -> EngineSettings:
 
 
 class Checkmate(Solver):
+    """The exact MILP of :mod:`.model` on a MILP engine, warm-started (:mod:`.warm_start`)."""
+
     name = "checkmate"
     method = "MILP over frontier-advancing stages (R, S, FREE, U) in the fixed `order`"
     paper = PAPER

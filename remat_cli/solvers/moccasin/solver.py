@@ -55,6 +55,8 @@ GREEDY_CALLS_ONE_WORKER = 3
 
 
 class Moccasin(Solver):
+    """Phase 1 (memory) then phase 2 (duration) of MOCCASIN §2.4 on CP-SAT, from the best start."""
+
     name = "moccasin"
     method = "retention-interval constraint program (CP-SAT), two phases"
     paper = "Bartan et al., MOCCASIN, ICML 2023, §2"
@@ -87,6 +89,10 @@ class Moccasin(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        """ "optimal" when CP-SAT closes the gap on eqs. (1)–(11) (optimal within the staged space
+        with at most C_v computations per node), "feasible" with the bound reached otherwise;
+        "infeasible" when the budget is below the resident bytes or phase 1 finds nothing
+        memory-feasible (`best_peak` then the lowest peak of its starting points)."""
         params = options.params
         c_v = max(1, int(params["max_copies"]))
         staged = not bool(params["free_order"])

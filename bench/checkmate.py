@@ -33,7 +33,7 @@ from common import SHORT, graph_files  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
-from remat_cli.solvers.base import SolveOptions  # noqa: E402
+from remat_cli.solver import SolveOptions  # noqa: E402
 
 GRAPHS = graph_files(SHORT)
 # (graph, fraction) -> (overhead %, seconds) for Checkmate MILP with Gurobi, Moccasin Table 3

@@ -31,7 +31,7 @@ from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
-from remat_cli.solvers.base import SolveOptions  # noqa: E402
+from remat_cli.solver import SolveOptions  # noqa: E402
 
 
 def vgg_like(n: int, seed: int = 0) -> Graph:

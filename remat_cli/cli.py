@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from remat_cli import generators
+from remat_cli import generators, registry
 from remat_cli.budget import BUDGET_HELP, parse_budget
 from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
@@ -38,10 +38,9 @@ from remat_cli.cli_common import (
 )
 from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
-from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
+from remat_cli.schedule import Schedule, ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import Param, SolveOptions, Solver
+from remat_cli.solver import OptionError, Param, SolveOptions, Solver
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -72,11 +71,9 @@ def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
         else:
             raise BadInput(f"{key} needs a value")
         try:
-            value = p.type(raw)
-        except ValueError:
-            raise BadInput(f"{key}: {raw!r} is not a valid {p.type.__name__}") from None
-        if p.choices and value not in p.choices:
-            raise BadInput(f"{key}: {raw!r} is not one of {', '.join(p.choices)}")
+            value = p.parse(raw)
+        except OptionError as e:
+            raise BadInput(str(e)) from None
         out[p.name] = value
     return out
 
@@ -247,25 +244,23 @@ def validate(
         limit = max(limits.values()) if limits else None
     report: dict[str, Any] = {"valid": False, "graph_matches": s.graph.sha256 == g.sha256(), "budget": limit}
     try:
-        sim = simulate(g, s.steps)
+        ev = evaluate(g, s.steps, limit, base, limits)
         report |= {
             "valid": True,
-            "peak_memory": sim.peak_memory,
-            "cost": sim.cost,
-            "overhead": sim.cost / base.cost - 1 if base.cost else 0.0,
-            "recomputations": sim.recomputations,
+            "peak_memory": ev.sim.peak_memory,
+            "cost": ev.sim.cost,
+            "overhead": ev.overhead,
+            "recomputations": ev.sim.recomputations,
             "baseline_peak_memory": base.peak_memory,
-            "within_budget": limit is None or sim.peak_memory <= limit,
+            "within_budget": ev.within_budget,
         }
-        if sim.peak_by_device is not None:
-            over = [d for d, p in sim.peak_by_device.items() if limits and p > limits.get(d, p)]
+        if ev.sim.peak_by_device is not None:
             report |= {
                 "budgets": limits,
-                "peak_memory_by_device": sim.peak_by_device,
-                "copies": sim.copies,
-                "copy_cost": sim.copy_cost,
-                "over_budget_devices": over,
-                "within_budget": not over,
+                "peak_memory_by_device": ev.sim.peak_by_device,
+                "copies": ev.sim.copies,
+                "copy_cost": ev.sim.copy_cost,
+                "over_budget_devices": ev.over_budget_devices,
             }
     except ScheduleError as e:
         report["error"] = str(e)
@@ -315,26 +310,14 @@ def convert(
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
 @friendly_errors
 def solvers(name: str | None, as_json: bool) -> None:
-    """The solver registry; with NAME, that solver's options."""
-    rows = []
-    for n in [name] if name else registry.names():
-        s = registry.get(n)
-        state, reason = s.availability()
-        rows.append(
-            {
-                "name": n,
-                "method": s.method,
-                "paper": s.paper,
-                "status": state,
-                "reason": reason,
-                "exact": s.exact,
-                "notes": s.notes(),
-                "params": [
-                    {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
-                    for p in s.params
-                ],
-            }
-        )
+    """The solver registry; with NAME, that solver's options.
+
+    The plain listing imports no solver (the registry's table describes the built-ins); NAME and
+    --json load the solver classes for their options, notes and exact availability.
+    """
+    rows = [
+        _solver_facts(n) if name or as_json else _listed(n) for n in ([name] if name else registry.names())
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -343,13 +326,43 @@ def solvers(name: str | None, as_json: bool) -> None:
         t.add_column(col)
     for r in rows:
         status = r["status"] + (f": {r['reason']}" if r["reason"] else "")
-        notes = f"\n[dim]{r['notes']}[/]" if r["notes"] else ""
+        notes = f"\n[dim]{r['notes']}[/]" if r.get("notes") else ""
         t.add_row(r["name"], r["method"] + notes, r["paper"], status)
     err.print(t)
     if name:
         for p in rows[0]["params"]:
             flag = "--" + p["name"].replace("_", "-")
             err.print(f"  {flag} ({p['type']}, default {p['default']!r}): {p['help']}")
+
+
+def _listed(name: str) -> dict[str, Any]:
+    entry = registry.info(name)
+    missing = registry.missing_engines(name)
+    return {
+        "name": name,
+        "method": entry.method,
+        "paper": entry.paper,
+        "status": "missing engine" if missing else "available",
+        "reason": f"not installed: {', '.join(missing)}" if missing else "",
+        "exact": entry.exact,
+    }
+
+
+def _solver_facts(name: str) -> dict[str, Any]:
+    s = registry.get(name)
+    state, reason = s.availability()
+    return {
+        "name": name,
+        "method": s.method,
+        "paper": s.paper,
+        "status": state,
+        "reason": reason,
+        "exact": s.exact,
+        "notes": s.notes(),
+        "params": [
+            {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help} for p in s.params
+        ],
+    }
 
 
 @main.command()

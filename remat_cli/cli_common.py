@@ -8,7 +8,6 @@ command, so the imports only point downward.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import tempfile
@@ -20,12 +19,13 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 
+from remat_cli import registry
 from remat_cli.budget import BudgetError, parse_budget
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
 from remat_cli.solve import SolverBug
-from remat_cli.solvers import registry
+from remat_cli.solver import OptionError
 
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -59,6 +59,8 @@ def friendly_errors(fn: F) -> F:
             raise BadInput(str(e)) from None
         except registry.UnknownSolver as e:
             raise BadInput(e.args[0]) from None
+        except OptionError as e:
+            raise BadInput(str(e)) from None
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
@@ -193,10 +195,5 @@ def print_summary(s: Schedule) -> None:
 
 
 def read_schedule(path: str) -> Schedule:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read schedule {path}: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != "remat-schedule":
-        raise BadInput(f"{path} is not a remat-schedule file")
-    return Schedule.model_validate(data)
+    """A remat-schedule file (:meth:`Schedule.load`); inside `friendly_errors` a bad one is exit 2."""
+    return Schedule.load(path)

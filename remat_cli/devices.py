@@ -88,7 +88,7 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
     mem[home] = graph.resident_bytes
     peak = dict(mem)
     cost = copy_cost = 0.0
-    computes = recomputations = copies = 0
+    recomputations = copies = 0
     seen: set[str] = set()
     profile: list[int] = []
 
@@ -125,7 +125,6 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
             mem[d] += out
             here.update(n.outputs)
             cost += dm.cost(n.id, d)
-            computes += 1
             if n.id in seen:
                 recomputations += 1
             seen.add(n.id)
@@ -170,7 +169,6 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
     return SimResult(
         peak_memory=max(peak.values()),
         cost=cost,
-        computes=computes,
         recomputations=recomputations,
         profile=tuple(profile),
         peak_by_device=peak,

@@ -192,6 +192,3 @@ def transformer(layers: int = 4, seed: int = 0, hidden: int = 32_000) -> Graph:
         dn = op(f"l{i}_mlp_down", [ac], hidden, 8)
         h = op(f"l{i}_residual2", [dn, r1], hidden, 0.5)
     return training_graph(fw, f"transformer_l{layers}_s{seed}", input_size=hidden // 4, param_size=1000)
-
-
-KINDS = {"linear": linear, "random-layered": random_layered, "unet": unet, "transformer": transformer}

@@ -1,4 +1,4 @@
-"""The remat-graph v1 format (DESIGN.md §1): pydantic models, validation and the canonical hash.
+"""The remat-graph v1 format (docs/FORMATS.md §1): pydantic models, validation and the canonical hash.
 
 A graph is bipartite: *values* (tensors) and *nodes* (operators). Solvers that think of one
 output per node (Checkmate, Moccasin, FastSA) use :class:`NodeView`, which folds each node's
@@ -160,6 +160,12 @@ class Graph(BaseModel):
             needed.add(n)
             stack.extend(self.producer[v] for v in self.node_map[n].inputs if v in self.producer)
         return needed
+
+    @cached_property
+    def needed_order(self) -> list[str]:
+        """The needed nodes in `topo_order`: what the baseline runs, and every solver's program."""
+        needed = self.needed_nodes
+        return [n for n in self.topo_order if n in needed]
 
     @cached_property
     def node_view(self) -> NodeView:
@@ -324,6 +330,8 @@ class NodeView:
         outs = set(g.outputs)
         self.keep: list[bool] = [any(v in outs for v in n.outputs) for n in nodes]
         self.needed: list[bool] = [n in g.needed_nodes for n in self.ids]
+        #: positions of the needed nodes, in order (the columns of the Checkmate and MOCCASIN models)
+        self.needed_index: list[int] = [i for i, x in enumerate(self.needed) if x]
         self.resident: int = g.resident_bytes
 
     def __len__(self) -> int:

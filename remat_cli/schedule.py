@@ -1,4 +1,4 @@
-"""The remat-schedule v1 format and the simulator that defines what a schedule means (DESIGN.md §2).
+"""The remat-schedule v1 format and the simulator that defines what a schedule means (docs/FORMATS.md §2).
 
 `simulate()` is the single source of truth: every solver's steps go through it and the
 `summary` of a written schedule comes from it, never from a solver's own bookkeeping.
@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -78,6 +81,14 @@ class SolverInfo(BaseModel):
     message: str | None = None
 
 
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """(objective − bound) / objective, the `gap` of a schedule's solver block and of every
+    progress line; None unless both are known and finite, 0 for a zero objective."""
+    if objective is None or bound is None or not (math.isfinite(objective) and math.isfinite(bound)):
+        return None
+    return max(0.0, objective - bound) / abs(objective) if objective else 0.0
+
+
 class Summary(BaseModel):
     peak_memory: int
     cost: float
@@ -110,12 +121,23 @@ class Schedule(BaseModel):
     def to_json(self) -> str:
         return self.model_dump_json(indent=1, exclude_none=True, by_alias=True)
 
+    @classmethod
+    def load(cls, path: str | Path) -> Schedule:
+        """Read a remat-schedule file; ScheduleError when it is not one (pydantic's
+        ValidationError when its fields are wrong)."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ScheduleError(f"cannot read schedule {path}: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
+            raise ScheduleError(f"{path} is not a remat-schedule file")
+        return cls.model_validate(data)
+
 
 @dataclass(frozen=True)
 class SimResult:
     peak_memory: int
     cost: float
-    computes: int
     recomputations: int
     #: memory at each step (after frees, at the compute instant for computes)
     profile: tuple[int, ...] = ()
@@ -127,9 +149,10 @@ class SimResult:
 
 
 def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:
-    """Run `steps` on `graph` by the rules of DESIGN.md §2; raise ScheduleError when invalid.
+    """Run `steps` on `graph` by the rules of docs/FORMATS.md §2; raise ScheduleError when invalid.
 
-    A graph with `devices` is simulated per device by :func:`remat_cli.devices.simulate_devices`.
+    A graph with `devices` is simulated per device by :func:`remat_cli.devices.simulate_devices`
+    (docs/FORMATS.md §3).
     """
     if graph.devices:
         from remat_cli.devices import simulate_devices  # it builds on this module
@@ -141,7 +164,6 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     mem = graph.resident_bytes
     peak = mem
     cost = 0.0
-    computes = 0
     seen: set[str] = set()
     recomputations = 0
     profile: list[int] = []
@@ -164,7 +186,6 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
             mem += out
             live.update(n.outputs)
             cost += n.cost
-            computes += 1
             if n.id in seen:
                 recomputations += 1
             seen.add(n.id)
@@ -185,7 +206,68 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     for v in graph.outputs:
         if v not in live:
             raise ScheduleError(f"graph output {v!r} is not live at the end")
-    return SimResult(peak, cost, computes, recomputations, tuple(profile))
+    return SimResult(peak, cost, recomputations, tuple(profile))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A schedule's steps simulated and measured against a budget and the baseline: what
+    `remat validate` reports and what a written schedule's summary holds."""
+
+    sim: SimResult
+    base: SimResult
+    budget: int | None
+    #: several devices: each device's budget (None: `budget` applies to every device)
+    budgets: dict[str, int] | None = None
+
+    @property
+    def over_budget_devices(self) -> list[str]:
+        """Devices whose peak exceeds their budget (empty for a single-device graph)."""
+        if self.sim.peak_by_device is None:
+            return []
+        limits = self.budgets or {}
+        return [
+            d
+            for d, peak in self.sim.peak_by_device.items()
+            if (limit := limits.get(d, self.budget)) is not None and peak > limit
+        ]
+
+    @property
+    def within_budget(self) -> bool:
+        if self.sim.peak_by_device is not None:
+            return not self.over_budget_devices
+        return self.budget is None or self.sim.peak_memory <= self.budget
+
+    @property
+    def overhead(self) -> float:
+        """cost / baseline cost − 1 (0 for a graph that costs nothing)."""
+        return self.sim.cost / self.base.cost - 1.0 if self.base.cost > 0 else 0.0
+
+    def summary(self) -> Summary:
+        multi = self.sim.peak_by_device is not None
+        return Summary(
+            peak_memory=self.sim.peak_memory,
+            cost=self.sim.cost,
+            baseline_peak_memory=self.base.peak_memory,
+            baseline_cost=self.base.cost,
+            overhead=self.overhead,
+            recomputations=self.sim.recomputations,
+            peak_memory_by_device=self.sim.peak_by_device,
+            copies=self.sim.copies if multi else None,
+            copy_cost=self.sim.copy_cost if multi else None,
+        )
+
+
+def evaluate(
+    graph: Graph,
+    steps: Iterable[Step],
+    budget: int | None,
+    base: SimResult | None = None,
+    budgets: dict[str, int] | None = None,
+) -> Evaluation:
+    """Simulate `steps` (ScheduleError when invalid) and measure them against `budget` (and,
+    on a multi-device graph, each device against `budgets`)."""
+    return Evaluation(simulate(graph, steps), base or baseline(graph), budget, budgets)
 
 
 def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
@@ -227,8 +309,7 @@ def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
 def baseline_steps(graph: Graph) -> list[Step]:
     """ "No rematerialization": run `order` (nodes some output needs), free each value after its
     last consumer, or right after its producer when nothing consumes it."""
-    needed = graph.needed_nodes
-    return steps_from_sequence(graph, [n for n in graph.topo_order if n in needed])
+    return steps_from_sequence(graph, graph.needed_order)
 
 
 def baseline(graph: Graph) -> SimResult:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.schedule import (
     GraphRef,
@@ -16,12 +17,10 @@ from remat_cli.schedule import (
     SimResult,
     SolverInfo,
     Step,
-    Summary,
-    baseline,
-    simulate,
+    evaluate,
+    relative_gap,
 )
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import SolveOptions, SolverResult
+from remat_cli.solver import SolveOptions, SolverResult
 
 
 class SolverBug(RuntimeError):
@@ -40,24 +39,17 @@ def build_schedule(
     """Simulate `result.steps` and wrap them as remat-schedule v1."""
     assert result.steps is not None
     try:
-        sim = simulate(graph, result.steps)
+        ev = evaluate(graph, result.steps, budget, base, budgets)
     except ScheduleError as e:
         raise SolverBug(f"solver {solver_name!r} returned an invalid schedule: {e}") from e
-    base = base or baseline(graph)
+    # the status a user sees follows the simulator, not the solver's claim (remat_cli.testing
+    # checks the claim itself)
     status = result.status
-    if sim.peak_by_device is not None and (budgets or budget is not None):
-        # multi-device: every device within its own budget (one budget: the same for all)
-        limits = budgets or dict.fromkeys(sim.peak_by_device, budget)
-        over = any(p > limits.get(d, budget or 0) for d, p in sim.peak_by_device.items())
-        if over:
-            status = "infeasible"
-        elif status == "infeasible":
-            status = "feasible"
-    elif budget is not None and sim.peak_memory > budget:
+    if not ev.within_budget:
         status = "infeasible"
     elif status == "infeasible":
         status = "feasible"
-    multi = sim.peak_by_device is not None
+    multi = ev.sim.peak_by_device is not None
     return Schedule(
         graph=GraphRef(name=graph.name, sha256=graph.sha256()),
         budget=budget,
@@ -74,25 +66,8 @@ def build_schedule(
             message=result.message,
         ),
         steps=list(result.steps),
-        summary=Summary(
-            peak_memory=sim.peak_memory,
-            cost=sim.cost,
-            baseline_peak_memory=base.peak_memory,
-            baseline_cost=base.cost,
-            overhead=(sim.cost / base.cost - 1.0) if base.cost > 0 else 0.0,
-            recomputations=sim.recomputations,
-            peak_memory_by_device=sim.peak_by_device,
-            copies=sim.copies if multi else None,
-            copy_cost=sim.copy_cost if multi else None,
-        ),
+        summary=ev.summary(),
     )
-
-
-def relative_gap(objective: float | None, bound: float | None) -> float | None:
-    """(objective - bound) / objective on the total cost; None unless the solver proves a bound."""
-    if objective is None or bound is None:
-        return None
-    return max(0.0, objective - bound) / objective if objective > 0 else 0.0
 
 
 def run_solver(
@@ -103,8 +78,6 @@ def run_solver(
     Ctrl-C during the solve returns the last incumbent the solver reported, if any.
     """
     solver = registry.get(name)
-    params = solver.defaults() | options.params
-    options.params = params
     incumbent: list[list[Step]] = []
     user_cb = options.on_incumbent
 
@@ -113,18 +86,20 @@ def run_solver(
         if user_cb is not None:
             user_cb(steps)
 
-    options.on_incumbent = remember
-    options.started = time.monotonic()
+    # a new, resolved SolveOptions: the caller's is never changed
+    resolved = solver.resolve(options)
+    resolved.on_incumbent = remember
+    resolved.started = time.monotonic()
     try:
-        result = solver.solve(graph, budget, options)
+        result = solver.solve(graph, budget, resolved)
     except KeyboardInterrupt:
         if not incumbent:
             raise
         result = SolverResult(
             steps=incumbent[0], status="feasible", message="interrupted; best schedule so far"
         )
-    seconds = time.monotonic() - options.started
-    result.params = params | result.params
+    seconds = time.monotonic() - resolved.started
+    result.params = resolved.params | result.params
     if result.steps is None:
         return None, result
     return build_schedule(graph, budget, name, result, seconds, budgets=options.budgets), result

@@ -105,7 +105,7 @@ def test_bad_graphs(tmp_path: Path, mutate, fragment: str) -> None:  # noqa: ANN
 def test_corrupt_onnx(tmp_path: Path) -> None:
     p = tmp_path / "model.onnx"
     p.write_bytes(b"\x08\x07garbage\xff\xfe not a protobuf")
-    assert_bad_input(remat("info", p), "")
+    assert_bad_input(remat("info", p), "is not an ONNX model (protobuf parse failed)")
 
 
 def test_unknown_solver(graph_file: Path) -> None:
@@ -149,6 +149,21 @@ def test_solvers_lists_registry() -> None:
     rows = json.loads(proc.stdout)
     assert {"checkpoint-all"} <= {r["name"] for r in rows}
     assert all(r["status"] in ("available", "missing engine", "licence-limited") for r in rows)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["solvers"]])
+def test_help_and_listing_import_no_solver(args: list[str]) -> None:
+    # the registry's table describes the built-ins: listing them must not pay for numba/OR-Tools
+    code = (
+        "import sys; from click.testing import CliRunner; from remat_cli.cli import main; "
+        f"r = CliRunner().invoke(main, {args!r}); assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in sys.modules if m.startswith('remat_cli.solvers.')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_compare_runs_each_solver(graph_file: Path) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from remat_cli import registry
 from remat_cli.budget import BudgetError, parse_device_budgets
 from remat_cli.devices import resolve_device_budgets, simulate_devices, synthetic_devices
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, compute, copy, free, simulate
-from remat_cli.solvers import registry
 
 
 def two_devices(**extra: object) -> Graph:

@@ -13,9 +13,9 @@ from remat_cli import generators as G
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solve import run_solver
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers import fastsa_kernel as K
-from remat_cli.solvers.base import SolveOptions
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),

@@ -14,7 +14,7 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solve import run_solver
-from remat_cli.solvers.base import SolveOptions
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers.hilp import (
     HILP,
     Ctx,

@@ -10,7 +10,7 @@ import pkgutil
 import pytest
 
 import remat_cli
-from remat_cli.solvers import registry
+from remat_cli import registry
 
 MODULES = sorted(
     m.name

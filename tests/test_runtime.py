@@ -26,7 +26,7 @@ from remat_cli.runtime.model import make_inputs, scheduled_model
 from remat_cli.runtime.session import executed_order, session_options
 from remat_cli.schedule import Schedule, Step, baseline, simulate, steps_from_sequence
 from remat_cli.solve import build_schedule, run_solver
-from remat_cli.solvers.base import SolveOptions, SolverResult
+from remat_cli.solver import SolveOptions, SolverResult
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
 MLP = GRAPHS / "torch_mlp_train.onnx"

@@ -10,7 +10,7 @@ import jsonschema
 from remat_cli import generators
 from remat_cli.schemas import render
 from remat_cli.solve import run_solver
-from remat_cli.solvers.base import SolveOptions
+from remat_cli.solver import SolveOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

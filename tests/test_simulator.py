@@ -1,4 +1,4 @@
-"""simulate() and baseline() against peaks computed by hand (DESIGN.md §2)."""
+"""simulate() and baseline() against peaks computed by hand (docs/FORMATS.md §2)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from remat_cli.devices import synthetic_devices
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solve import run_solver
-from remat_cli.solvers.base import SolveOptions
-from tests.bruteforce import brute_force_min_cost
+from remat_cli.solver import SolveOptions
+from remat_cli.testing import brute_force_min_cost
 
 BIG = 10**6
 

@@ -68,6 +68,8 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
+from remat_cli.schedule import relative_gap
+
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 BACKENDS: tuple[str, ...] = ("highs", "scip", "cpsat", "gurobi")
 #: engines for LP relaxations only (``relax=True``): OR-Tools' PDLP, a first-order primal-dual
@@ -260,12 +262,6 @@ class MilpResult:
     message: str = ""
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def relative_gap(objective: float | None, bound: float | None) -> float | None:
-    if objective is None or bound is None or not (math.isfinite(objective) and math.isfinite(bound)):
-        return None
-    return max(0.0, objective - bound) / max(abs(objective), 1e-9)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import math
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import SimResult, Step, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: chen-greedy skips a checkpoint set whose sequence computes more than this many times the nodes
 MAX_GROWTH = 3
@@ -42,8 +42,7 @@ class _Passes:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        needed = graph.needed_nodes
-        program = [n for n in graph.topo_order if n in needed]
+        program = graph.needed_order
         nm = graph.node_map
         producer = graph.producer
         backward = {n for n in program if nm[n].phase == "backward"}
@@ -195,6 +194,10 @@ def _result(
 
 
 class ChenSqrtN(Solver):
+    """Every ⌊√n⌋-th articulation point of the forward pass is a checkpoint (Chen et al. §4.1).
+    solve(): "feasible" when that schedule fits the budget, else "infeasible" with its steps
+    and peak as `best_peak`."""
+
     name = "chen-sqrtn"
     method = "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward"
     paper = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
@@ -216,6 +219,10 @@ class ChenSqrtN(Solver):
 
 
 class ChenGreedy(Solver):
+    """Chen et al.'s Algorithm 2 with the segment size b swept over a geometric grid.
+    solve(): the cheapest schedule of the sweep within budget ("feasible"), else "infeasible"
+    with the lowest-peak one's steps and peak as `best_peak`."""
+
     name = "chen-greedy"
     method = "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward"
     paper = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
@@ -228,7 +235,7 @@ class ChenGreedy(Solver):
         passes = _Passes(graph)
         total = max(1, sum(passes.out_bytes.values()))
         smallest = max(1, min((b for b in passes.out_bytes.values() if b > 0), default=1))
-        count = max(2, int(options.params.get("sweep", 40)))
+        count = max(2, options.params["sweep"])
         # b from one value's size to the whole forward pass, geometrically
         grid = sorted({int(smallest * (total / smallest) ** (i / (count - 1))) for i in range(count)})
         tried: list[tuple[list[Step], SimResult, str]] = []

@@ -59,8 +59,8 @@ import numpy as np
 
 from remat_cli.graph import Graph, NodeView
 from remat_cli.schedule import Step, simulate, steps_from_sequence
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers import fastsa_kernel as K
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 
 #: iterations per kernel call; stopping is only decided between chunks
 CHUNK = 1 << 16

@@ -36,7 +36,7 @@ import numpy as np
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64
@@ -90,8 +90,7 @@ def _arrays(graph: Graph) -> _Arrays:
         for v in outs[-1]:
             producer[v] = k
     recomputable = [n.recomputable for n in graph.nodes]
-    needed = graph.needed_nodes
-    program = [nidx[n] for n in graph.topo_order if n in needed]
+    program = [nidx[n] for n in graph.needed_order]
     pos = {n: i for i, n in enumerate(program)}
     uses: list[list[int]] = [[] for _ in vids]
     for i, n in enumerate(program):
@@ -534,7 +533,7 @@ class Greedy(Solver):
                 steps=base, status="feasible", objective=base_sim.cost, message="baseline fits"
             )
         a = _arrays(graph)
-        choice = str(options.params.get("strategy", "auto"))
+        choice = options.params["strategy"]
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only
         strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
 

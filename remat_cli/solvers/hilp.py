@@ -73,7 +73,7 @@ from remat_cli.graph import Graph, GraphError, Node, Value
 from remat_cli.milp import EngineSettings, LinearModel
 from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import Step, baseline, peak_lower_bound, simulate, steps_from_sequence
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hpartition import LevelGraph, h_partition
 
 LOSS = "__hilp_loss__"
@@ -1326,7 +1326,7 @@ def _leaf_solver_options(
 ) -> list[Opt]:
     """Options from another registered solver run on the unit's own Graph (the "framework of
     solvers", §3.2.1): its compute sequence, split at the virtual loss."""
-    from remat_cli.solvers import registry
+    from remat_cli import registry
 
     try:
         solver = registry.get(name)
@@ -1610,7 +1610,7 @@ class _Solve:
     def fallback(self) -> tuple[float, list[Step], int, str] | None:
         """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
         with the time left), or None."""
-        from remat_cli.solvers import registry
+        from remat_cli import registry
 
         out: tuple[float, list[Step], int, str] | None = None
         for name in FALLBACK:

@@ -25,7 +25,7 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import available_backends
 from remat_cli.schedule import Step
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.xengine.baselines import (
     Candidate,
     decision_of_single,
@@ -75,7 +75,7 @@ class XEngine(Solver):
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         t0 = time.monotonic()
-        p = self.defaults() | options.params
+        p = options.params
         wrapped = not graph.devices
         g = with_one_device(graph) if wrapped else graph
         budgets = dict(options.budgets) if options.budgets and not wrapped else None
@@ -93,8 +93,9 @@ class XEngine(Solver):
             return SolverResult(steps=None, status="infeasible", params=params, message=why)
         T = len(g.needed_nodes)
         use_milp = p["method"] == "milp" or (p["method"] == "auto" and T <= int(p["milp_max_stages"]))
+        notes: list[str] = []
         singles = single_device_candidates(
-            g, budgets, options, str(p["single"]), int(p["milp_max_stages"]), share(0.3, 30.0)
+            g, budgets, options, str(p["single"]), int(p["milp_max_stages"]), share(0.3, 30.0), notes
         )
         feasible = [c for c in singles if c.over == 0]
         best: Candidate | None = min(feasible, key=lambda c: c.cost) if feasible else None
@@ -106,7 +107,6 @@ class XEngine(Solver):
                 [x.cost for x in singles if x.device == c.device and x.over == 0] or [None],  # type: ignore[list-item]
                 key=lambda v: v if v is not None else float("inf"),
             )
-        notes: list[str] = []
         # placement search from the best single-device schedules (the over-budget ones too, whose
         # search minimises the overflow first)
         starts = sorted(singles, key=lambda c: (c.over, c.cost))[:3]

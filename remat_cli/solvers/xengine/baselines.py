@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.schedule import Step, baseline_steps
-from remat_cli.solvers import registry
-from remat_cli.solvers.base import SolveOptions
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers.checkmate import S_from_steps, minimal_R
 from remat_cli.solvers.xengine.placement import evaluate
 from remat_cli.solvers.xengine.problem import Problem, single_device_graph
@@ -63,9 +63,16 @@ def infeasible_operator(graph: Graph, budgets: dict[str, int]) -> str | None:
 
 
 def single_device_candidates(
-    graph: Graph, budgets: dict[str, int], options: SolveOptions, single: str, max_stages: int, seconds: float
+    graph: Graph,
+    budgets: dict[str, int],
+    options: SolveOptions,
+    single: str,
+    max_stages: int,
+    seconds: float,
+    notes: list[str] | None = None,
 ) -> list[Candidate]:
-    """Every single-device schedule found within `seconds` (shared by the devices)."""
+    """Every single-device schedule found within `seconds` (shared by the devices); a helper
+    solver's failure is added to `notes` (registry.call_solver)."""
     dm = graph.device_model
     T = len(graph.needed_nodes)
     names = ["checkpoint-all", "greedy"] + (["checkmate"] if T <= max_stages else [])
@@ -82,10 +89,8 @@ def single_device_candidates(
                 left = end - time.monotonic()
                 per = max(left / max(len(dm.ids) - k, 1), 0.5)
                 sub = SolveOptions(time_limit=per, seed=options.seed, workers=options.workers)
-                solver = registry.get(name)
-                if solver.supports(proj) is not None or solver.availability()[0] != "available":
-                    continue
-                steps = solver.solve(proj, budgets[d], sub).steps
+                result = registry.call_solver(name, proj, budgets[d], sub, notes if notes is not None else [])
+                steps = result.steps if result is not None else None
             if steps is None:
                 continue
             seq = [s.node for s in steps if s.op == "compute" and s.node is not None]

@@ -60,19 +60,15 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.engine import EngineError, available_backends, setup_seconds
 from remat_cli.schedule import Step, baseline_steps, simulate
-from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.checkmate import (
-    PAPER,
-    CheckmateModel,
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solvers.checkmate.decode import (
     S_from_steps,
-    Stages,
-    build_model,
     greedy_repair_S,
     improve_S,
     repair_S,
-    stages_of,
     steps_from_S,
 )
+from remat_cli.solvers.checkmate.model import PAPER, CheckmateModel, Stages, build_model, stages_of
 
 #: above this many stages checkmate-lp relaxes the "live" model with PDLP: RL n250 at 81%
 #: (T = 250) took 42 s with HiGHS dual simplex on the loaded 2-core machine, the full model not
@@ -153,6 +149,8 @@ def round_schedules(
 
 
 class CheckmateLP(Solver):
+    """Checkmate's §5 approximation: the LP relaxation at a fraction of the budget, rounded."""
+
     name = "checkmate-lp"
     method = "LP relaxation of the Checkmate MILP + two-phase (threshold / randomized) rounding"
     paper = PAPER + ", §5 (LP rounding)"
@@ -201,7 +199,10 @@ class CheckmateLP(Solver):
         )
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        p = self.defaults() | options.params
+        """The cheapest rounding of the LP point within budget ("feasible"; greedy-repaired when
+        every rounding misses), with the LP value as `lower_bound`; else "infeasible" with the
+        lowest rounded peak as `best_peak`. Never "optimal": the rounding proves nothing."""
+        p = options.params
         frac = float(p["lp_budget"])
         n_round = int(p["roundings"])
         params: dict[str, Any] = {"lp_budget": frac, "roundings": n_round}

@@ -1,0 +1,181 @@
+"""The solver registry: built-in solvers plus the python entry-point group ``remat.solvers``.
+
+Listing the registry imports no solver module: the built-ins are described by :data:`BUILTIN`
+(dotted path, method, paper, exactness and the engine packages they need), so ``remat solvers``
+and ``remat --help`` start fast and a solver whose engine is missing never breaks the others. A
+solver class is imported only by :func:`get`. The table restates what each class declares;
+``remat_cli.testing.check_registry_entry`` fails when the two drift apart.
+
+An out-of-tree package registers ``name = "package.module:SolverClass"`` in the entry-point
+group; its facts come from its class, which :func:`info` then has to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from remat_cli.graph import Graph
+    from remat_cli.solver import SolveOptions, Solver, SolverResult
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What `remat solvers` shows about a solver, known without importing it."""
+
+    path: str  # "package.module:SolverClass"
+    method: str
+    paper: str
+    exact: bool = False
+    #: top-level packages the solver's engines need; absent ones make it "missing engine"
+    requires: tuple[str, ...] = ()
+
+
+_CHECKMATE = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, Moccasin §1.1, HiREmate B.3)"
+_CHEN = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
+
+BUILTIN: dict[str, Entry] = {
+    "checkpoint-all": Entry(
+        "remat_cli.solvers.checkpoint_all:CheckpointAll", "no rematerialization (baseline)", "—"
+    ),
+    "greedy": Entry(
+        "remat_cli.solvers.greedy:Greedy",
+        "greedy rematerialization: peak-reduction splits and DTR-style eviction, best kept",
+        "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021 (h_DTR and its e* variant)",
+    ),
+    "chen-sqrtn": Entry(
+        "remat_cli.solvers.chen:ChenSqrtN",
+        "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward",
+        _CHEN,
+    ),
+    "chen-greedy": Entry(
+        "remat_cli.solvers.chen:ChenGreedy",
+        "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward",
+        _CHEN,
+    ),
+    "checkmate": Entry(
+        "remat_cli.solvers.checkmate:Checkmate",
+        "MILP over frontier-advancing stages (R, S, FREE, U) in the fixed `order`",
+        _CHECKMATE,
+        exact=True,
+        requires=("ortools", "scipy"),
+    ),
+    "checkmate-lp": Entry(
+        "remat_cli.solvers.checkmate:CheckmateLP",
+        "LP relaxation of the Checkmate MILP + two-phase (threshold / randomized) rounding",
+        _CHECKMATE + ", §5 (LP rounding)",
+        requires=("ortools", "scipy"),
+    ),
+    "moccasin": Entry(
+        "remat_cli.solvers.moccasin:Moccasin",
+        "retention-interval constraint program (CP-SAT), two phases",
+        "Bartan et al., MOCCASIN, ICML 2023, §2",
+        exact=True,
+        requires=("ortools",),
+    ),
+    "fastsa": Entry(
+        "remat_cli.solvers.fastsa:FastSA",
+        "simulated annealing over a node sequence (segment tree, node grouping)",
+        "Imanishi et al., A fast heuristic to optimize time-space tradeoff for large models (NeurIPS'23)",
+        requires=("numba",),
+    ),
+    "hilp": Entry(
+        "remat_cli.solvers.hilp:HILP",
+        "hierarchical ILP over H-Partition subgraphs with per-subgraph options (H-ILP)",
+        "HiREmate (Gusak et al.), §3 and Appendices A-C",
+        requires=("ortools", "scipy"),
+    ),
+    "xengine": Entry(
+        "remat_cli.solvers.xengine:XEngine",
+        "multi-device rematerialization: per-device MILP over Checkmate's stages + placement search",
+        "Schuler, Membarth, Slusallek, XEngine, ACM TACO 20(1) 2023, §3 (MIQP made sound)",
+        requires=("ortools", "scipy"),
+    ),
+}
+
+ENTRY_POINT_GROUP = "remat.solvers"
+
+
+class UnknownSolver(KeyError):
+    pass
+
+
+def _load(path: str) -> type[Solver]:
+    module, _, cls = path.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _exists(module: str) -> bool:
+    """Whether `module` can be imported, importing at most its parent packages."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@cache
+def _table() -> dict[str, str]:
+    table = {}
+    for name, entry in BUILTIN.items():
+        if _exists(entry.path.partition(":")[0]):  # solvers still being written are absent
+            table[name] = entry.path
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        table.setdefault(ep.name, ep.value)
+    return table
+
+
+def names() -> list[str]:
+    return list(_table())
+
+
+def get(name: str) -> Solver:
+    """An instance of solver `name`; this is where its module is imported."""
+    table = _table()
+    if name not in table:
+        raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
+    return _load(table[name])()
+
+
+def info(name: str) -> Entry:
+    """The facts `remat solvers` lists; imports nothing for a built-in."""
+    table = _table()
+    if name not in table:
+        raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
+    entry = BUILTIN.get(name)
+    if entry is not None and entry.path == table[name]:
+        return entry
+    cls = _load(table[name])
+    return Entry(table[name], cls.method, cls.paper, cls.exact)
+
+
+def missing_engines(name: str) -> list[str]:
+    """The packages of :attr:`Entry.requires` that are not installed (checked without importing)."""
+    return [m for m in info(name).requires if not _exists(m)]
+
+
+def call_solver(
+    name: str, graph: Graph, budget: int, options: SolveOptions, notes: list[str]
+) -> SolverResult | None:
+    """Run solver `name` on behalf of another (a warm start, a leaf of a hierarchy).
+
+    None when it is not registered, its engine is unavailable or it does not apply to `graph`:
+    such helpers are optional and skipped without a word. Any other failure is a bug in the
+    helper: it also gives None, but is appended to `notes`, which the caller puts into its
+    result's message, so it never disappears silently.
+    """
+    try:
+        solver = get(name)
+    except UnknownSolver:
+        return None
+    if solver.availability()[0] != "available" or solver.supports(graph) is not None:
+        return None
+    try:
+        return solver.solve(graph, budget, solver.resolve(options))
+    except Exception as e:  # noqa: BLE001 - reported in the caller's message, see above
+        notes.append(f"{name} failed: {type(e).__name__}: {e}")
+        return None

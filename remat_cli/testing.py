@@ -1,0 +1,427 @@
+"""The contract every solver meets, shipped with the package (as scikit-learn ships
+``utils/estimator_checks.py``), so an out-of-tree solver registered by entry point runs the same
+checks as the built-ins::
+
+    from remat_cli.testing import parametrize_with_checks
+
+    @parametrize_with_checks(["my-solver"])
+    def test_contract(solver, check):
+        check(solver)
+
+or, without pytest, ``check_solver(MySolver())``. Each property is one ``check_*`` function that
+takes a solver instance and raises ``AssertionError`` whose message starts with the check's name.
+The checks look at the solver's own :class:`~remat_cli.solver.SolverResult` (status, steps,
+objective, bounds, `best_peak`), never at the Schedule that ``run_solver`` builds from it, because
+``build_schedule`` re-simulates and normalises the status and would hide a wrong claim.
+
+Capability flags select the checks, as scikit-learn's estimator tags do: ``Solver.exact`` adds
+the comparison with :func:`brute_force_min_cost` on tiny graphs, ``Solver.warm_starts`` the
+"never worse than its --hint" check, and ``Solver.supports(graph)`` picks the graphs.
+
+Only :func:`parametrize_with_checks` needs pytest; it is imported there, not here.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from functools import cache
+from typing import Any
+
+from remat_cli import generators as G
+from remat_cli import registry
+from remat_cli.graph import Graph, Node, Value
+from remat_cli.schedule import ScheduleError, SimResult, baseline, peak_lower_bound, simulate
+from remat_cli.solver import OptionError, SolveOptions, Solver, SolverResult
+
+#: seconds given to each solve, and what a solve may take beyond it (model building, decoding)
+TIME_LIMIT = 3.0
+SLACK = 4.0
+FRACTIONS = (1.0, 0.8, 0.6)
+TOLERANCE = 1e-6  # relative, on costs
+
+Check = Callable[[Solver], None]
+
+
+@cache
+def contract_graphs() -> dict[str, Graph]:
+    """Small generated graphs of every family: a chain, a random DAG, long skips, a transformer."""
+    return {
+        "linear": G.linear(5, seed=1),
+        "layered": G.random_layered(24, seed=2),
+        "unet": G.unet(depth=2, convs=1, seed=3),
+        "transformer": G.transformer(layers=1, seed=4),
+    }
+
+
+def tiny_graph(n: int, seed: int) -> Graph:
+    """A random DAG of n single-output nodes with parameters, workspaces, a non-recomputable node
+    now and then and sometimes a second graph output: small enough for the brute force."""
+    rng = random.Random(seed)
+    values = [Value(id="x", size=rng.randint(1, 4), role="input")]
+    nodes = []
+    for i in range(n):
+        ins = [f"v{p}" for p in range(i) if rng.random() < 0.35] or ([f"v{i - 1}"] if i else [])
+        if i == 0 or rng.random() < 0.3:
+            ins.append("x")
+        if rng.random() < 0.15:
+            values.append(Value(id=f"w{i}", size=rng.randint(1, 3), role="parameter"))
+            ins.append(f"w{i}")
+        values.append(Value(id=f"v{i}", size=rng.randint(1, 6)))
+        nodes.append(
+            Node(
+                id=f"n{i}",
+                inputs=ins,
+                outputs=[f"v{i}"],
+                cost=rng.randint(0, 5),
+                workspace=rng.choice([0, 0, 1, 3]),
+                recomputable=rng.random() > 0.15,
+            )
+        )
+    outputs = [f"v{n - 1}"] + ([f"v{rng.randrange(n - 1)}"] if n > 1 and rng.random() < 0.3 else [])
+    return Graph(name=f"tiny{seed}", values=values, nodes=nodes, outputs=outputs)
+
+
+@cache
+def tiny_graphs() -> tuple[Graph, ...]:
+    """A chain and random DAGs; seeds 0 and 95 (8 nodes) have budgets where the greedy heuristic
+    misses the optimum, so a heuristic that claims "optimal" fails the exact check."""
+    return (G.linear(3, seed=5), tiny_graph(8, 0), tiny_graph(8, 95), tiny_graph(5, 1), tiny_graph(6, 2))
+
+
+def budget_for(graph: Graph, fraction: float) -> int:
+    """`fraction` of the baseline peak, raised to the lower bound no schedule goes below."""
+    return max(int(fraction * baseline(graph).peak_memory), peak_lower_bound(graph))
+
+
+def tiny_budgets(graph: Graph) -> list[int]:
+    """Every budget from the lower bound to the baseline peak when there are few, else five."""
+    lo, hi = peak_lower_bound(graph), baseline(graph).peak_memory
+    if hi - lo <= 8:
+        return list(range(lo, hi + 1))
+    return sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi})
+
+
+def _fail(check: str, message: str) -> AssertionError:
+    return AssertionError(f"{check}: {message}")
+
+
+def _run(solver: Solver, graph: Graph, budget: int, **options: Any) -> tuple[SolverResult, float]:
+    """The solver's raw result (its params resolved as run_solver does) and the seconds it took."""
+    opts = solver.resolve(SolveOptions(**options))
+    t0 = time.monotonic()
+    result = solver.solve(graph, budget, opts)
+    return result, time.monotonic() - t0
+
+
+def _check_claims(check: str, graph: Graph, budget: int, result: SolverResult) -> SimResult | None:
+    """What the solver claims agrees with the simulator; returns the simulation of its steps."""
+    where = f"{graph.name} at budget {budget:,}"
+    if result.status not in ("optimal", "feasible", "infeasible", "unknown", "error"):
+        raise _fail(check, f"{where}: unknown status {result.status!r}")
+    sim = None
+    if result.steps is not None:
+        try:
+            sim = simulate(graph, result.steps)
+        except ScheduleError as e:
+            raise _fail(check, f"{where}: invalid schedule: {e}") from None
+    if result.status in ("optimal", "feasible"):
+        if sim is None:
+            raise _fail(check, f"{where}: status {result.status!r} without steps")
+        if sim.peak_memory > budget:
+            raise _fail(check, f"{where}: {result.status!r} but the peak is {sim.peak_memory:,}")
+    if result.status == "infeasible" and sim is not None and sim.peak_memory <= budget:
+        raise _fail(check, f"{where}: 'infeasible' but its steps fit (peak {sim.peak_memory:,})")
+    if result.best_peak is not None:
+        if result.best_peak < peak_lower_bound(graph):
+            raise _fail(check, f"{where}: best_peak {result.best_peak:,} is below the lower bound")
+        if result.status == "infeasible" and result.best_peak <= budget:
+            raise _fail(check, f"{where}: 'infeasible' but best_peak {result.best_peak:,} fits")
+        if sim is not None and result.best_peak > sim.peak_memory:
+            raise _fail(check, f"{where}: best_peak {result.best_peak:,} above its own steps' peak")
+    if sim is not None and sim.peak_memory <= budget:
+        tol = TOLERANCE * max(1.0, sim.cost)
+        if result.objective is not None and abs(result.objective - sim.cost) > tol:
+            raise _fail(check, f"{where}: objective {result.objective} but the steps cost {sim.cost}")
+        if result.lower_bound is not None and result.lower_bound > sim.cost + tol:
+            raise _fail(check, f"{where}: lower bound {result.lower_bound} above its own cost {sim.cost}")
+    return sim
+
+
+def _graphs(solver: Solver, check: str, graphs: Iterable[Graph]) -> Iterator[Graph]:
+    ran = 0
+    for g in graphs:
+        if solver.supports(g) is None:
+            ran += 1
+            yield g
+    if not ran:
+        raise _fail(check, f"{solver.name} supports none of the contract graphs: nothing was checked")
+
+
+# ---- the checks ----
+def check_describes_itself(solver: Solver) -> None:
+    """name, method and paper set; parameter names unique."""
+    if not (solver.name and solver.method and solver.paper):
+        raise _fail("check_describes_itself", "name, method and paper must be set")
+    names = [p.name for p in solver.params]
+    if len(names) != len(set(names)):
+        raise _fail("check_describes_itself", f"duplicate parameter names in {names}")
+
+
+def check_registry_entry(solver: Solver) -> None:
+    """The registry's table (what `remat solvers` lists without importing) matches the class."""
+    entry = registry.BUILTIN.get(solver.name)
+    if entry is None:
+        return  # an out-of-tree solver: the registry reads its class
+    cls = type(solver)
+    if entry.path != f"{cls.__module__}:{cls.__name__}" and not entry.path.endswith(f":{cls.__name__}"):
+        raise _fail("check_registry_entry", f"registry path {entry.path} is not {cls.__name__}")
+    theirs = (entry.method, entry.paper, entry.exact)
+    if theirs != (solver.method, solver.paper, solver.exact):
+        raise _fail("check_registry_entry", f"registry says {theirs}, the class says otherwise")
+
+
+def check_param_defaults(solver: Solver) -> None:
+    """Each declared default has the declared type and is one of the declared choices."""
+    for p in solver.params:
+        if p.type not in (int, float, str, bool):
+            raise _fail("check_param_defaults", f"{p.name}: type {p.type} is not int, float, str or bool")
+        try:
+            p.check(p.default)
+        except OptionError as e:
+            raise _fail("check_param_defaults", f"default of {e}") from None
+    resolved = solver.resolve(SolveOptions())
+    if set(resolved.params) != {p.name for p in solver.params}:
+        raise _fail("check_param_defaults", "resolve() does not fill in every declared option")
+
+
+def check_valid_within_budget(solver: Solver) -> None:
+    """Every schedule simulates; "optimal"/"feasible" means within budget; "infeasible" is honest;
+    the objective, bound and best_peak agree with the simulator; at the baseline peak a schedule
+    is found."""
+    name = "check_valid_within_budget"
+    for g in _graphs(solver, name, contract_graphs().values()):
+        for fraction in FRACTIONS:
+            budget = budget_for(g, fraction)
+            result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
+            _check_claims(name, g, budget, result)
+            if fraction == 1.0 and result.status not in ("optimal", "feasible"):
+                raise _fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
+
+
+def check_time_limit(solver: Solver) -> None:
+    """A solve returns within --time-limit plus a fixed slack, on a graph too big to finish early."""
+    name = "check_time_limit"
+    limit = TIME_LIMIT
+    for g in _graphs(solver, name, [G.random_layered(80, seed=5), *contract_graphs().values()]):
+        result, seconds = _run(solver, g, budget_for(g, 0.7), time_limit=limit, seed=0)
+        if seconds > limit + SLACK:
+            raise _fail(name, f"{g.name}: {seconds:.1f}s with --time-limit {limit:g}")
+        _check_claims(name, g, budget_for(g, 0.7), result)
+        return
+
+
+def check_deterministic(solver: Solver) -> None:
+    """The same seed (one worker) gives the same status and steps, three runs on two graphs."""
+    name = "check_deterministic"
+    graphs = contract_graphs()
+    for g in list(_graphs(solver, name, [graphs["layered"], graphs["unet"]])):
+        budget = budget_for(g, 0.8)
+        runs = [_run(solver, g, budget, time_limit=TIME_LIMIT, seed=7, workers=1)[0] for _ in range(3)]
+        if any((r.status, r.steps) != (runs[0].status, runs[0].steps) for r in runs[1:]):
+            raise _fail(name, f"{g.name}: three runs with seed 7 differ")
+
+
+def check_options_not_mutated(solver: Solver) -> None:
+    """solve() leaves the options it is given (params, hint, limits) as they were."""
+    name = "check_options_not_mutated"
+    for g in _graphs(solver, name, contract_graphs().values()):
+        budget = budget_for(g, 0.8)
+        opts = solver.resolve(SolveOptions(time_limit=TIME_LIMIT, seed=3, workers=1, hint=None))
+        before = copy.deepcopy((opts.time_limit, opts.seed, opts.workers, opts.hint, opts.params))
+        solver.solve(g, budget, opts)
+        if (opts.time_limit, opts.seed, opts.workers, opts.hint, opts.params) != before:
+            raise _fail(name, f"{g.name}: the options were changed")
+        return
+
+
+def check_non_recomputable_run_once(solver: Solver) -> None:
+    """A node with ``recomputable=False`` is computed at most once."""
+    name = "check_non_recomputable_run_once"
+    chain = G.linear(8, seed=4)
+    chain = Graph.model_validate(
+        chain.model_dump() | {"nodes": [n.model_dump() | {"recomputable": n.id != "f2"} for n in chain.nodes]}
+    )
+    graphs = [chain, *(g for g in tiny_graphs() if not all(n.recomputable for n in g.nodes))]
+    for g in _graphs(solver, name, graphs):
+        for budget in (budget_for(g, 0.7), *tiny_budgets(g)[:2]):
+            result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0, workers=1)
+            _check_claims(name, g, budget, result)
+            runs = [s.node for s in result.steps or () if s.op == "compute"]
+            for n in g.nodes:
+                if not n.recomputable and runs.count(n.id) > 1:
+                    raise _fail(name, f"{g.name}: {n.id} (not recomputable) ran {runs.count(n.id)} times")
+
+
+def check_hint_never_worse(solver: Solver) -> None:
+    """With a schedule within budget as --hint, the result costs no more than the hint (for
+    solvers that declare `warm_starts`)."""
+    name = "check_hint_never_worse"
+    for g in _graphs(solver, name, [contract_graphs()["unet"], *contract_graphs().values()]):
+        budget = budget_for(g, 0.8)
+        first, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=1, workers=1)
+        sim = _check_claims(name, g, budget, first)
+        if sim is None or sim.peak_memory > budget:
+            continue
+        again, _ = _run(solver, g, budget, time_limit=1.0, seed=2, workers=1, hint=first.steps)
+        sim2 = _check_claims(name, g, budget, again)
+        if sim2 is None or sim2.peak_memory > budget or sim2.cost > sim.cost * (1 + TOLERANCE):
+            got = "nothing within budget" if sim2 is None or sim2.peak_memory > budget else sim2.cost
+            raise _fail(name, f"{g.name}: hint of cost {sim.cost}, result {got}")
+        return
+    raise _fail(name, "no schedule within budget to use as a hint")
+
+
+def check_exact_matches_brute_force(solver: Solver) -> None:
+    """For an `exact` solver: "optimal" is a proof — on tiny graphs (single-output nodes) its cost
+    equals the exhaustive optimum of the fixed-order stage space, a schedule is found wherever
+    that space has one, and "optimal" is never claimed where it has none. `exact_params` set the options under which its space is that space."""
+    name = "check_exact_matches_brute_force"
+    for g in _graphs(solver, name, tiny_graphs()):
+        for budget in tiny_budgets(g):
+            ref = brute_force_min_cost(g, budget)
+            result, _ = _run(
+                solver, g, budget, time_limit=30.0, seed=0, workers=1, params=solver.exact_params
+            )
+            sim = _check_claims(name, g, budget, result)
+            where = f"{g.name} at budget {budget:,}"
+            if ref is None:  # a schedule outside the stage space may still fit: no proof of one
+                if result.status == "optimal":
+                    raise _fail(name, f"{where}: 'optimal' where the stage space has no schedule")
+                continue
+            if result.status != "optimal" or sim is None:
+                raise _fail(name, f"{where}: {result.status!r}, the optimum {ref} exists")
+            if abs(sim.cost - ref) > TOLERANCE * max(1.0, ref):
+                raise _fail(name, f"{where}: 'optimal' at cost {sim.cost}, brute force {ref}")
+
+
+def all_checks(solver: Solver) -> list[Check]:
+    """The checks that apply to `solver`, by its capability flags."""
+    checks: list[Check] = [
+        check_describes_itself,
+        check_registry_entry,
+        check_param_defaults,
+        check_valid_within_budget,
+        check_time_limit,
+        check_deterministic,
+        check_options_not_mutated,
+        check_non_recomputable_run_once,
+    ]
+    if solver.warm_starts:
+        checks.append(check_hint_never_worse)
+    if solver.exact:
+        checks.append(check_exact_matches_brute_force)
+    return checks
+
+
+def _instance(solver: Solver | str) -> Solver:
+    return registry.get(solver) if isinstance(solver, str) else solver
+
+
+def check_solver(solver: Solver | str) -> None:
+    """Run every applicable check; the first failure raises, named by its check."""
+    s = _instance(solver)
+    for check in all_checks(s):
+        check(s)
+
+
+def parametrize_with_checks(solvers: Iterable[Solver | str]) -> Any:
+    """A ``pytest.mark.parametrize("solver, check", ...)`` over every (solver, applicable check),
+    with ids ``NAME-check_name``."""
+    import pytest
+
+    cases = [(s, c) for s in map(_instance, solvers) for c in all_checks(s)]
+    return pytest.mark.parametrize("solver, check", cases, ids=[f"{s.name}-{c.__name__}" for s, c in cases])
+
+
+# ---- the exhaustive reference of the exact checks ----
+def brute_force_min_cost(graph: Graph, budget: int) -> float | None:
+    """The least total cost of any schedule of the fixed-order stage space within `budget`, or
+    None when there is none, by Dijkstra's algorithm over explicit memory states; it shares no
+    code with the solvers. Use it on graphs of up to ~8 nodes.
+
+    The space, precisely. Let n_0 … n_{T−1} be the nodes some graph output needs, in the graph's
+    `order`. A schedule is T stages; stage t visits positions 0 … t in increasing order and at
+    each position p may compute n_p, and must compute n_t at position t (the "frontier-advancing"
+    stages of Checkmate: R[t,t] = 1, R[t,p] = 0 for p > t). So each node runs first in stage t =
+    its index, and any earlier node may be recomputed in any later stage, at most once per stage,
+    in `order`. A node with ``recomputable=False`` runs only at its own stage. Between any two
+    positions (and before the first / after the last) any set of live intermediate values may be
+    freed. A compute needs all its inputs live and none of its outputs live; the memory at that
+    instant is the live bytes (inputs and parameters always included) + its outputs + its
+    workspace and must not exceed `budget`. At the end every graph output must be live.
+
+    This works on values, not on the per-node blocks of ``Graph.node_view``: for graphs whose
+    nodes have one output each the two coincide, so a per-node-block MILP (Checkmate, Moccasin)
+    must reach exactly this optimum there; with multi-output nodes this optimum can only be lower.
+    """
+    order = graph.needed_order
+    nodes = [graph.node_map[n] for n in order]
+    T = len(nodes)
+    vm = graph.value_map
+    resident = graph.resident_bytes
+    if resident > budget:
+        return None
+    if T == 0:
+        return 0.0
+    # intermediate values of the needed nodes, as bit positions
+    vals = [v for n in nodes for v in n.outputs]
+    bit = {v: 1 << k for k, v in enumerate(vals)}
+    size = [vm[v].size for v in vals]
+    ins = [sum(bit[v] for v in n.inputs if v in bit) for n in nodes]
+    outs = [sum(bit[v] for v in n.outputs) for n in nodes]
+    out_bytes = [sum(vm[v].size for v in n.outputs) for n in nodes]
+    final = sum(bit[v] for v in graph.outputs if v in bit)
+
+    def live_bytes(live: int) -> int:
+        return resident + sum(size[k] for k in range(len(vals)) if live >> k & 1)
+
+    start = (0, 0, 0)  # (stage, position, live bitmask)
+    dist = {start: 0.0}
+    heap: list[tuple[float, int, tuple[int, int, int]]] = [(0.0, 0, start)]
+    tick = itertools.count(1)
+
+    def push(state: tuple[int, int, int], c: float) -> None:
+        if c < dist.get(state, float("inf")) - 1e-12:
+            dist[state] = c
+            heapq.heappush(heap, (c, next(tick), state))
+
+    while heap:
+        c, _, state = heapq.heappop(heap)
+        if c > dist.get(state, float("inf")) + 1e-12:
+            continue
+        t, p, live = state
+        if t == T:
+            if live & final == final:
+                return c
+            continue
+        # free one live value (sets of frees are sequences of single frees)
+        rest = live
+        while rest:
+            low = rest & -rest
+            push((t, p, live & ~low), c)
+            rest &= rest - 1
+        nxt = (t, p + 1) if p < t else (t + 1, 0)
+        # skip position p (only before the frontier)
+        if p < t:
+            push((*nxt, live), c)
+        # compute n_p
+        if p == t or nodes[p].recomputable:
+            ok = ins[p] & live == ins[p] and not (outs[p] & live)
+            if ok and live_bytes(live) + out_bytes[p] + nodes[p].workspace <= budget:
+                push((*nxt, live | outs[p]), c + nodes[p].cost)
+    return None

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -23,6 +24,7 @@ from rich.console import Console
 from remat_cli.budget import BudgetError, parse_budget
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
+from remat_cli.importers.notes import ImportNote
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
 from remat_cli.solve import SolverBug
 from remat_cli.solvers import registry
@@ -151,7 +153,16 @@ def read_graph(
         options["input_shapes"] = shapes
     if batch is not None:
         options["batch"] = batch
-    return load_graph(path, **options)
+    # The importer reports an upgraded opset as a warning; the CLI shows it as one note line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = load_graph(path, **options)
+    for w in caught:
+        if issubclass(w.category, ImportNote):
+            click.echo(f"remat: note: {w.message}", err=True)
+        else:  # not ours to judge: pass it on unchanged
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return graph
 
 
 def resolve_budget(graph: Graph, text: str) -> int:

@@ -1,6 +1,11 @@
-"""ONNX models (opset >= 13, inference or training graphs) as remat graphs.
+"""ONNX models (inference or training graphs) as remat graphs.
 
 How an ONNX model becomes a remat-graph (DESIGN.md §1):
+
+- **Opsets.** A model older than opset 13 (``MIN_OPSET``) is upgraded to 13 with
+  ``onnx.version_converter`` first (:func:`upgrade_opset`, an :class:`OpsetUpgraded` warning
+  says so); everything below describes the upgraded model. ``remat run`` upgrades it the same
+  way, so the node ids match, and compares with the original model's outputs.
 
 - **Nodes.** One remat node per ONNX node of the main graph, in topological order. Its id is
   the ONNX node name; an empty or repeated name becomes ``f"{op_type}_{index}"`` (index = the
@@ -58,6 +63,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -71,6 +77,7 @@ from onnx import helper as oh
 from pydantic import ValidationError
 
 from remat_cli.graph import Graph, GraphError, Node, Phase, Value
+from remat_cli.importers.notes import OpsetUpgraded
 
 MIN_OPSET = 13
 COST_MODELS = ("flops", "unit", "profile")
@@ -206,9 +213,16 @@ def from_onnx_model(
         raise GraphError(f"unknown cost model {cost!r} (choose from {', '.join(COST_MODELS)})")
     if cost == "profile" and profile_runs < 1:
         raise GraphError("profile_runs must be at least 1")
-    _check_opset(model)
+    upgraded, old_opset = upgrade_opset(model)
+    if old_opset is not None:
+        warnings.warn(
+            OpsetUpgraded(
+                f"ONNX opset {old_opset} upgraded to {MIN_OPSET} on import (onnx.version_converter)"
+            ),
+            stacklevel=2,
+        )
     m = ModelProto()
-    m.CopyFrom(model)
+    m.CopyFrom(upgraded)
     if base_dir is not None:
         _inline_small_int_initializers(m.graph, Path(base_dir))
     symbols = _fix_input_dims(m.graph, input_shapes or {}, batch)
@@ -271,17 +285,63 @@ def onnx_node_ids(graph: GraphProto) -> list[str]:
 # model checks and shape inference
 
 
-def _check_opset(model: ModelProto) -> None:
+def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
+    """`model` itself and None when its default-domain opset is ``MIN_OPSET`` or newer; else a
+    copy converted to ``MIN_OPSET`` by ``onnx.version_converter`` and the old opset.
+
+    The importer and ``remat run`` both call this, so node ids (:func:`onnx_node_ids`) of the
+    upgraded model are the graph's. A model the converter cannot upgrade is a GraphError naming
+    the operator that stopped it.
+    """
     default = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not default:
         if any(n.domain in DEFAULT_DOMAINS for n in model.graph.node):
             raise GraphError("ONNX model imports no default-domain opset")
-        return
-    if max(default) < MIN_OPSET:
+        return model, None
+    old = max(default)
+    if old >= MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+
+    try:
+        new = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # the converter's C++ errors arrive as RuntimeError/ValueError/...
         raise GraphError(
-            f"ONNX opset {max(default)} is not supported (need >= {MIN_OPSET}); "
-            "upgrade it with onnx.version_converter.convert_version"
+            f"ONNX opset {old} could not be upgraded to {MIN_OPSET} (onnx.version_converter): "
+            f"{_converter_culprit(model, old, e)}"
+        ) from None
+    # The IR version must be new enough for the opset (onnxruntime checks it).
+    new.ir_version = max(new.ir_version, oh.find_min_ir_version_for(list(new.opset_import), True))
+    return new, old
+
+
+def _converter_culprit(model: ModelProto, old: int, e: Exception) -> str:
+    """The operator the converter stopped at: each op type is converted alone in a one-node
+    model (the converter's message names an adapter, not always the op), else its message."""
+    # The converter's assertions carry a C++ source location before the reason.
+    detail = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+    detail = detail.split(" failed: ", 1)[-1]
+    if "no registered schema" in detail:  # its printf-style message arrives unformatted
+        detail = f"no such operator in the default domain at opset {old}"
+    from onnx import version_converter
+
+    seen: set[tuple[str, str]] = set()
+    for n in model.graph.node:
+        if (n.domain, n.op_type) in seen or n.domain not in DEFAULT_DOMAINS:
+            continue
+        seen.add((n.domain, n.op_type))
+        # Untyped inputs and outputs: the converter needs them declared, not typed.
+        ins = [oh.make_empty_tensor_value_info(i) for i in dict.fromkeys(n.input) if i]
+        outs = [oh.make_empty_tensor_value_info(o) for o in n.output if o]
+        probe = oh.make_model(
+            oh.make_graph([n], "probe", ins, outs), opset_imports=[oh.make_opsetid("", old)]
         )
+        try:
+            version_converter.convert_version(probe, MIN_OPSET)
+        except Exception:  # this op type is the one
+            name = f" (node {n.name!r})" if n.name else ""
+            return f"operator {n.op_type}{name} has no upgrade path: {detail}"
+    return detail
 
 
 def _inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:

@@ -21,11 +21,12 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 
-from remat_cli.budget import BudgetError, parse_budget
+from remat_cli.api import InputError, budget_bytes, user_message
+from remat_cli.budget import BudgetError
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.importers.notes import ImportNote
-from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
+from remat_cli.schedule import Schedule, ScheduleError
 from remat_cli.solve import SolverBug
 from remat_cli.solvers import registry
 
@@ -57,14 +58,15 @@ def friendly_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (GraphError, BudgetError, ScheduleError) as e:
-            raise BadInput(str(e)) from None
-        except registry.UnknownSolver as e:
-            raise BadInput(e.args[0]) from None
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise BadInput(f"{where}: {first.get('msg')}") from None
+        except (
+            InputError,
+            GraphError,
+            BudgetError,
+            ScheduleError,
+            registry.UnknownSolver,
+            ValidationError,
+        ) as e:
+            raise BadInput(user_message(e) or str(e)) from None
         except SolverBug as e:
             fail(f"internal error: {e}", EXIT_INTERNAL)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
@@ -166,14 +168,8 @@ def read_graph(
 
 
 def resolve_budget(graph: Graph, text: str) -> int:
-    budget = parse_budget(text, baseline(graph).peak_memory)
-    bound = peak_lower_bound(graph)
-    if budget < bound:
-        raise BadInput(
-            f"budget {budget:,} B is below what any schedule can reach "
-            f"(lower bound {bound:,} B: resident bytes + largest working set or graph outputs)"
-        )
-    return budget
+    """Bytes for `text`; a budget below the lower bound is bad input (the API's message)."""
+    return budget_bytes(graph, text)
 
 
 def fmt_value(v: Any) -> str:

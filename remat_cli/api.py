@@ -57,7 +57,8 @@ def user_message(e: BaseException) -> str | None:
     if isinstance(e, ValidationError):
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return f"{where}: {first.get('msg')}"
+        msg = str(first.get("msg", e)).removeprefix("Value error, ")  # pydantic's wrapping of ours
+        return f"{where}: {msg}" if where else msg
     return None
 
 

@@ -24,6 +24,7 @@ from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
     BadInput,
+    check_writable,
     emit,
     err,
     fail,
@@ -131,6 +132,7 @@ def solve(
     Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
     `remat solvers NAME` lists them.
     """
+    check_writable(output)
     solver = registry.get(solver_name)
     params = parse_solver_args(solver, ctx.args)
     state, reason = solver.availability()

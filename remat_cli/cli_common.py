@@ -99,11 +99,25 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
+def check_writable(output: str | None) -> None:
+    """Before a long solve: fail now, not after it, when the output's folder cannot take it."""
+    if output is None or output == "-":
+        return
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise BadInput(f"cannot write {output}: No such file or directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write {output}: Permission denied")
+
+
 def emit(text: str, output: str | None) -> None:
     if output is None or output == "-":
         click.echo(text)
-    else:
+        return
+    try:
         write_atomic(output, text)
+    except OSError as e:  # a missing folder, no permission, a full disk: the user's to fix
+        raise BadInput(f"cannot write {output}: {e.strerror or e}") from None
 
 
 def human_bytes(n: float | None) -> str:

@@ -226,12 +226,12 @@ def from_onnx_model(
     if base_dir is not None:
         _inline_small_int_initializers(m.graph, Path(base_dir))
     symbols = _fix_input_dims(m.graph, input_shapes or {}, batch)
-    inferred = _infer_shapes(m)
+    inferred, no_symbolic = _infer_shapes(m)
     types = _collect_types(inferred.graph, symbols)
     g = m.graph
     ids = onnx_node_ids(g)
     order = _topological(g, ids)
-    builder = _Builder(g, ids, types)
+    builder = _Builder(g, ids, types, no_symbolic)
     values, nodes, outputs, node_infos = builder.build(order)
     phases = _infer_phases(g, ids, nodes, types)
     if phases is not None:
@@ -426,9 +426,11 @@ def _fix_input_dims(
     return symbols
 
 
-def _infer_shapes(model: ModelProto) -> ModelProto:
+def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     """onnx shape inference (with data propagation when it works), then onnxruntime's symbolic
-    shape inference for tensors still without a full shape. Failures are partial, not fatal."""
+    shape inference for tensors still without a full shape. Failures are partial, not fatal:
+    the second item says why the symbolic inference could not help (None when it ran), so a
+    shape that stays unknown is reported with the real cause."""
     inferred = model
     for data_prop in (True, False):
         try:
@@ -439,21 +441,24 @@ def _infer_shapes(model: ModelProto) -> ModelProto:
         except Exception:  # a node the inference cannot handle; keep what the model declares
             continue
     if not _missing_shapes(inferred.graph):
-        return inferred
+        return inferred, None
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
+    except ImportError as e:  # it needs sympy (a declared dependency): say so, never a wrong hint
+        return inferred, (f"onnxruntime's symbolic shape inference is unavailable ({e}; pip install sympy)")
+    try:
         sym = SymbolicShapeInference.infer_shapes(inferred)
-    except Exception:  # unknown ops, external data it cannot read, missing sympy: keep onnx's result
-        return inferred
+    except Exception as e:  # unknown ops, external data it cannot read: keep onnx's result
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return inferred, f"onnxruntime's symbolic shape inference failed: {first[:200]}"
     if sym is None:
-        return inferred
+        return inferred, "onnxruntime's symbolic shape inference returned nothing"
     have = {vi.name for vi in _value_infos(inferred.graph) if _complete(vi.type)}
     extra = [vi for vi in _value_infos(sym.graph) if vi.name not in have and _complete(vi.type)]
     out = ModelProto()
     out.CopyFrom(inferred)
     out.graph.value_info.extend(extra)
-    return out
+    return out, None
 
 
 def _value_infos(g: GraphProto) -> Iterable[onnx.ValueInfoProto]:
@@ -646,8 +651,15 @@ class _NodeInfo:
 
 
 class _Builder:
-    def __init__(self, g: GraphProto, ids: Sequence[str], types: Mapping[str, _TensorType | str]):
+    def __init__(
+        self,
+        g: GraphProto,
+        ids: Sequence[str],
+        types: Mapping[str, _TensorType | str],
+        no_symbolic: str | None = None,
+    ):
         self.g = g
+        self.no_symbolic = no_symbolic
         self.ids = ids
         self.types = types
         self.producer_id = {o: ids[k] for k, n in enumerate(g.node) for o in n.output if o}
@@ -675,7 +687,8 @@ class _Builder:
         if isinstance(t, str):
             raise GraphError(f"{where} is a {t.replace('_type', '')}, not a tensor; its size is unknown")
         if not tensor or t.shape is None:  # type: ignore[union-attr]
-            raise GraphError(f"shape of {where} could not be inferred; {self._hint}")
+            cause = f" ({self.no_symbolic})" if self.no_symbolic else ""
+            raise GraphError(f"shape of {where} could not be inferred{cause}; {self._hint}")
         if shape is None:
             dims = ["?" if d is None else d for d in t.shape]  # type: ignore[union-attr]
             unknown = next(d for d in dims if not isinstance(d, int))

@@ -152,7 +152,12 @@ def run_schedule(
     model_path = Path(model_path)
     # A model older than opset 13 is replayed as the importer saw it (upgraded, same node ids);
     # the unscheduled run below stays the original file, so the outputs are compared with it.
-    model, old_opset = upgrade_opset(onnx.load(str(model_path)))
+    try:
+        loaded = onnx.load(str(model_path))
+    except Exception as e:  # protobuf's parse errors: e.g. a remat-graph JSON given as the model
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ModelMismatch(f"{model_path} is not an ONNX model (remat run replays ONNX): {first}") from None
+    model, old_opset = upgrade_opset(loaded)
     if old_opset is not None:
         notes.append(
             f"the scheduled run is the model upgraded from opset {old_opset} to {MIN_OPSET}; "

@@ -125,6 +125,7 @@ def test_import_solve_validate_run(old_file: tuple[int, Path], tmp_path: Path) -
     report = json.loads(out)
     assert report["outputs_match"] and report["max_abs_diff"] == 0.0
     assert any(f"upgraded from opset {opset} to 13" in n for n in report["notes"])
+    assert report["order_kept"]  # onnxruntime ran the schedule's order (Constant nodes aside)
 
 
 def test_interpret_mode_matches_the_original(tmp_path: Path) -> None:

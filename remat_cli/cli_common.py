@@ -171,7 +171,7 @@ def read_graph(
         options["batch"] = batch
     # The importer reports an upgraded opset as a warning; the CLI shows it as one note line.
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        warnings.simplefilter("always", ImportNote)  # other warnings keep their filters
         graph = load_graph(path, **options)
     for w in caught:
         if issubclass(w.category, ImportNote):
@@ -183,7 +183,10 @@ def read_graph(
 
 def resolve_budget(graph: Graph, text: str) -> int:
     """Bytes for `text`; a budget below the lower bound is bad input (the API's message)."""
-    return budget_bytes(graph, text)
+    try:
+        return budget_bytes(graph, text)
+    except InputError as e:
+        raise BadInput(str(e)) from None
 
 
 def fmt_value(v: Any) -> str:

@@ -310,6 +310,14 @@ def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
             f"ONNX opset {old} could not be upgraded to {MIN_OPSET} (onnx.version_converter): "
             f"{_converter_culprit(model, old, e)}"
         ) from None
+    if model.ir_version < 4:
+        # Before IR 4 every initializer had to be a graph input too, and onnxruntime treats them
+        # as constants there; from IR 4 on such an input is an overridable default, which stops
+        # e.g. Conv from pre-packing its weights and changes the rounding. Constants they stay.
+        inits = {t.name for t in new.graph.initializer}
+        kept = [i for i in new.graph.input if i.name not in inits]
+        del new.graph.input[:]
+        new.graph.input.extend(kept)
     # The IR version must be new enough for the opset (onnxruntime checks it).
     new.ir_version = max(new.ir_version, oh.find_min_ir_version_for(list(new.opset_import), True))
     return new, old

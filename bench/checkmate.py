@@ -31,8 +31,8 @@ from common import MOCCASIN as BENCH  # noqa: E402
 from common import SHORT, graph_files  # noqa: E402
 
 from remat_cli.importers.nx import from_node_link  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
-from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 GRAPHS = graph_files(SHORT)

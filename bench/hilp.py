@@ -37,8 +37,8 @@ from remat_cli import registry  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
-from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 

@@ -29,8 +29,8 @@ from common import MOCCASIN as DATA  # noqa: E402
 from common import SHORT, graph_files  # noqa: E402
 
 from remat_cli.importers import load_graph  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
-from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 # this script's keys are the Moccasin table's: n100 ... n1000, cm1, cm2

@@ -29,8 +29,8 @@ from remat_cli import generators as G  # noqa: E402
 from remat_cli.devices import synthetic_devices  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
-from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 

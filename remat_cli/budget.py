@@ -3,6 +3,7 @@ KiB/MiB/GiB/TiB (powers of 1024), or a percentage of the baseline peak ("80%")."
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -30,6 +31,8 @@ def parse_budget(text: str, baseline_peak: int | None = None) -> int:
     if not m:
         raise BudgetError(f"cannot parse budget {text!r} (examples: 4GB, 3.5GiB, 80%, 1000000)")
     number, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(number):  # "1e400" parses to inf: no byte count
+        raise BudgetError(f"budget {text!r} is too large")
     if unit == "%":
         if baseline_peak is None:
             raise BudgetError("a percentage budget needs the graph's baseline peak")

@@ -24,6 +24,7 @@ from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
     BadInput,
+    check_writable,
     emit,
     err,
     fail,
@@ -38,8 +39,8 @@ from remat_cli.cli_common import (
 )
 from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
+from remat_cli.runner import run_solver
 from remat_cli.schedule import Schedule, ScheduleError, baseline, evaluate, peak_lower_bound, simulate
-from remat_cli.solve import run_solver
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver
 
 
@@ -134,6 +135,7 @@ def solve(
     Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
     `remat solvers NAME` lists them.
     """
+    check_writable(output)
     solver = registry.get(solver_name)
     params = parse_solver_args(solver, ctx.args)
     state, reason = solver.availability()

@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -20,11 +21,13 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from remat_cli import registry
-from remat_cli.budget import BudgetError, parse_budget
+from remat_cli.api import InputError, budget_bytes, user_message
+from remat_cli.budget import BudgetError
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
-from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound
-from remat_cli.solve import SolverBug
+from remat_cli.importers.notes import ImportNote
+from remat_cli.runner import SolverBug
+from remat_cli.schedule import Schedule, ScheduleError
 from remat_cli.solver import OptionError
 
 # Logs and pipelines get wide tables; a terminal keeps its own width.
@@ -55,16 +58,16 @@ def friendly_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (GraphError, BudgetError, ScheduleError) as e:
-            raise BadInput(str(e)) from None
-        except registry.UnknownSolver as e:
-            raise BadInput(e.args[0]) from None
-        except OptionError as e:
-            raise BadInput(str(e)) from None
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise BadInput(f"{where}: {first.get('msg')}") from None
+        except (
+            InputError,
+            GraphError,
+            BudgetError,
+            ScheduleError,
+            registry.UnknownSolver,
+            OptionError,
+            ValidationError,
+        ) as e:
+            raise BadInput(user_message(e) or str(e)) from None
         except SolverBug as e:
             fail(f"internal error: {e}", EXIT_INTERNAL)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
@@ -97,11 +100,25 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
+def check_writable(output: str | None) -> None:
+    """Before a long solve: fail now, not after it, when the output's folder cannot take it."""
+    if output is None or output == "-":
+        return
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise BadInput(f"cannot write {output}: No such file or directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot write {output}: Permission denied")
+
+
 def emit(text: str, output: str | None) -> None:
     if output is None or output == "-":
         click.echo(text)
-    else:
+        return
+    try:
         write_atomic(output, text)
+    except OSError as e:  # a missing folder, no permission, a full disk: the user's to fix
+        raise BadInput(f"cannot write {output}: {e.strerror or e}") from None
 
 
 def human_bytes(n: float | None) -> str:
@@ -153,18 +170,24 @@ def read_graph(
         options["input_shapes"] = shapes
     if batch is not None:
         options["batch"] = batch
-    return load_graph(path, **options)
+    # The importer reports an upgraded opset as a warning; the CLI shows it as one note line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ImportNote)  # other warnings keep their filters
+        graph = load_graph(path, **options)
+    for w in caught:
+        if issubclass(w.category, ImportNote):
+            click.echo(f"remat: note: {w.message}", err=True)
+        else:  # not ours to judge: pass it on unchanged
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return graph
 
 
 def resolve_budget(graph: Graph, text: str) -> int:
-    budget = parse_budget(text, baseline(graph).peak_memory)
-    bound = peak_lower_bound(graph)
-    if budget < bound:
-        raise BadInput(
-            f"budget {budget:,} B is below what any schedule can reach "
-            f"(lower bound {bound:,} B: resident bytes + largest working set or graph outputs)"
-        )
-    return budget
+    """Bytes for `text`; a budget below the lower bound is bad input (the API's message)."""
+    try:
+        return budget_bytes(graph, text)
+    except InputError as e:
+        raise BadInput(str(e)) from None
 
 
 def fmt_value(v: Any) -> str:

@@ -2,7 +2,7 @@
 
 A solver is a class with `name`, `method`, `paper`, declared `params`, `availability()`,
 `supports(graph)` and `solve(graph, budget, options) -> SolverResult`. It returns steps; it
-never touches files or the terminal. `remat_cli.solve.run_solver` simulates what it returns and
+never touches files or the terminal. `remat_cli.runner.run_solver` simulates what it returns and
 builds the Schedule, so a solver's own bookkeeping never reaches the user.
 """
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from remat_cli import generators as G
 from remat_cli.graph import Graph
+from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
-from remat_cli.solve import run_solver
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers import fastsa_kernel as K

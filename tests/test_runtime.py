@@ -19,13 +19,13 @@ from onnx import helper as oh
 
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file
+from remat_cli.runner import build_schedule, run_solver
 from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
 from remat_cli.runtime.cli_command import export_torch_command, run_command
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
 from remat_cli.runtime.session import executed_order, session_options
 from remat_cli.schedule import Schedule, Step, baseline, simulate, steps_from_sequence
-from remat_cli.solve import build_schedule, run_solver
 from remat_cli.solver import SolveOptions, SolverResult
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"

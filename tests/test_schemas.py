@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 
 from remat_cli import generators
+from remat_cli.runner import run_solver
 from remat_cli.schemas import render
-from remat_cli.solve import run_solver
 from remat_cli.solver import SolveOptions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,11 @@
-"""ONNX models (opset >= 13, inference or training graphs) as remat graphs.
+"""ONNX models (inference or training graphs) as remat graphs.
 
 How an ONNX model becomes a remat-graph (DESIGN.md §1):
+
+- **Opsets.** A model older than opset 13 (``MIN_OPSET``) is upgraded to 13 with
+  ``onnx.version_converter`` first (:func:`upgrade_opset`, an :class:`OpsetUpgraded` warning
+  says so); everything below describes the upgraded model. ``remat run`` upgrades it the same
+  way, so the node ids match, and compares with the original model's outputs.
 
 - **Nodes.** One remat node per ONNX node of the main graph, in topological order. Its id is
   the ONNX node name; an empty or repeated name becomes ``f"{op_type}_{index}"`` (index = the
@@ -58,6 +63,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -71,6 +77,7 @@ from onnx import helper as oh
 from pydantic import ValidationError
 
 from remat_cli.graph import Graph, GraphError, Node, Phase, Value
+from remat_cli.importers.notes import OpsetUpgraded
 
 MIN_OPSET = 13
 COST_MODELS = ("flops", "unit", "profile")
@@ -206,18 +213,25 @@ def from_onnx_model(
         raise GraphError(f"unknown cost model {cost!r} (choose from {', '.join(COST_MODELS)})")
     if cost == "profile" and profile_runs < 1:
         raise GraphError("profile_runs must be at least 1")
-    _check_opset(model)
+    upgraded, old_opset = upgrade_opset(model)
+    if old_opset is not None:
+        warnings.warn(
+            OpsetUpgraded(
+                f"ONNX opset {old_opset} upgraded to {MIN_OPSET} on import (onnx.version_converter)"
+            ),
+            stacklevel=2,
+        )
     m = ModelProto()
-    m.CopyFrom(model)
+    m.CopyFrom(upgraded)
     if base_dir is not None:
         _inline_small_int_initializers(m.graph, Path(base_dir))
     symbols = _fix_input_dims(m.graph, input_shapes or {}, batch)
-    inferred = _infer_shapes(m)
+    inferred, no_symbolic = _infer_shapes(m)
     types = _collect_types(inferred.graph, symbols)
     g = m.graph
     ids = onnx_node_ids(g)
     order = _topological(g, ids)
-    builder = _Builder(g, ids, types)
+    builder = _Builder(g, ids, types, no_symbolic)
     values, nodes, outputs, node_infos = builder.build(order)
     phases = _infer_phases(g, ids, nodes, types)
     if phases is not None:
@@ -271,17 +285,71 @@ def onnx_node_ids(graph: GraphProto) -> list[str]:
 # model checks and shape inference
 
 
-def _check_opset(model: ModelProto) -> None:
+def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
+    """`model` itself and None when its default-domain opset is ``MIN_OPSET`` or newer; else a
+    copy converted to ``MIN_OPSET`` by ``onnx.version_converter`` and the old opset.
+
+    The importer and ``remat run`` both call this, so node ids (:func:`onnx_node_ids`) of the
+    upgraded model are the graph's. A model the converter cannot upgrade is a GraphError naming
+    the operator that stopped it.
+    """
     default = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not default:
         if any(n.domain in DEFAULT_DOMAINS for n in model.graph.node):
             raise GraphError("ONNX model imports no default-domain opset")
-        return
-    if max(default) < MIN_OPSET:
+        return model, None
+    old = max(default)
+    if old >= MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+
+    try:
+        new = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # the converter's C++ errors arrive as RuntimeError/ValueError/...
         raise GraphError(
-            f"ONNX opset {max(default)} is not supported (need >= {MIN_OPSET}); "
-            "upgrade it with onnx.version_converter.convert_version"
+            f"ONNX opset {old} could not be upgraded to {MIN_OPSET} (onnx.version_converter): "
+            f"{_converter_culprit(model, old, e)}"
+        ) from None
+    if model.ir_version < 4:
+        # Before IR 4 every initializer had to be a graph input too, and onnxruntime treats them
+        # as constants there; from IR 4 on such an input is an overridable default, which stops
+        # e.g. Conv from pre-packing its weights and changes the rounding. Constants they stay.
+        inits = {t.name for t in new.graph.initializer}
+        kept = [i for i in new.graph.input if i.name not in inits]
+        del new.graph.input[:]
+        new.graph.input.extend(kept)
+    # The IR version must be new enough for the opset (onnxruntime checks it).
+    new.ir_version = max(new.ir_version, oh.find_min_ir_version_for(list(new.opset_import), True))
+    return new, old
+
+
+def _converter_culprit(model: ModelProto, old: int, e: Exception) -> str:
+    """The operator the converter stopped at: each op type is converted alone in a one-node
+    model (the converter's message names an adapter, not always the op), else its message."""
+    # The converter's assertions carry a C++ source location before the reason.
+    detail = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+    detail = detail.split(" failed: ", 1)[-1]
+    if "no registered schema" in detail:  # its printf-style message arrives unformatted
+        detail = f"no such operator in the default domain at opset {old}"
+    from onnx import version_converter
+
+    seen: set[tuple[str, str]] = set()
+    for n in model.graph.node:
+        if (n.domain, n.op_type) in seen or n.domain not in DEFAULT_DOMAINS:
+            continue
+        seen.add((n.domain, n.op_type))
+        # Untyped inputs and outputs: the converter needs them declared, not typed.
+        ins = [oh.make_empty_tensor_value_info(i) for i in dict.fromkeys(n.input) if i]
+        outs = [oh.make_empty_tensor_value_info(o) for o in n.output if o]
+        probe = oh.make_model(
+            oh.make_graph([n], "probe", ins, outs), opset_imports=[oh.make_opsetid("", old)]
         )
+        try:
+            version_converter.convert_version(probe, MIN_OPSET)
+        except Exception:  # this op type is the one
+            name = f" (node {n.name!r})" if n.name else ""
+            return f"operator {n.op_type}{name} has no upgrade path: {detail}"
+    return detail
 
 
 def _inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
@@ -366,9 +434,11 @@ def _fix_input_dims(
     return symbols
 
 
-def _infer_shapes(model: ModelProto) -> ModelProto:
+def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     """onnx shape inference (with data propagation when it works), then onnxruntime's symbolic
-    shape inference for tensors still without a full shape. Failures are partial, not fatal."""
+    shape inference for tensors still without a full shape. Failures are partial, not fatal:
+    the second item says why the symbolic inference could not help (None when it ran), so a
+    shape that stays unknown is reported with the real cause."""
     inferred = model
     for data_prop in (True, False):
         try:
@@ -379,21 +449,24 @@ def _infer_shapes(model: ModelProto) -> ModelProto:
         except Exception:  # a node the inference cannot handle; keep what the model declares
             continue
     if not _missing_shapes(inferred.graph):
-        return inferred
+        return inferred, None
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
+    except ImportError as e:  # it needs sympy (a declared dependency): say so, never a wrong hint
+        return inferred, (f"onnxruntime's symbolic shape inference is unavailable ({e}; pip install sympy)")
+    try:
         sym = SymbolicShapeInference.infer_shapes(inferred)
-    except Exception:  # unknown ops, external data it cannot read, missing sympy: keep onnx's result
-        return inferred
+    except Exception as e:  # unknown ops, external data it cannot read: keep onnx's result
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return inferred, f"onnxruntime's symbolic shape inference failed: {first[:200]}"
     if sym is None:
-        return inferred
+        return inferred, "onnxruntime's symbolic shape inference returned nothing"
     have = {vi.name for vi in _value_infos(inferred.graph) if _complete(vi.type)}
     extra = [vi for vi in _value_infos(sym.graph) if vi.name not in have and _complete(vi.type)]
     out = ModelProto()
     out.CopyFrom(inferred)
     out.graph.value_info.extend(extra)
-    return out
+    return out, None
 
 
 def _value_infos(g: GraphProto) -> Iterable[onnx.ValueInfoProto]:
@@ -586,8 +659,15 @@ class _NodeInfo:
 
 
 class _Builder:
-    def __init__(self, g: GraphProto, ids: Sequence[str], types: Mapping[str, _TensorType | str]):
+    def __init__(
+        self,
+        g: GraphProto,
+        ids: Sequence[str],
+        types: Mapping[str, _TensorType | str],
+        no_symbolic: str | None = None,
+    ):
         self.g = g
+        self.no_symbolic = no_symbolic
         self.ids = ids
         self.types = types
         self.producer_id = {o: ids[k] for k, n in enumerate(g.node) for o in n.output if o}
@@ -615,7 +695,8 @@ class _Builder:
         if isinstance(t, str):
             raise GraphError(f"{where} is a {t.replace('_type', '')}, not a tensor; its size is unknown")
         if not tensor or t.shape is None:  # type: ignore[union-attr]
-            raise GraphError(f"shape of {where} could not be inferred; {self._hint}")
+            cause = f" ({self.no_symbolic})" if self.no_symbolic else ""
+            raise GraphError(f"shape of {where} could not be inferred{cause}; {self._hint}")
         if shape is None:
             dims = ["?" if d is None else d for d in t.shape]  # type: ignore[union-attr]
             unknown = next(d for d in dims if not isinstance(d, int))

@@ -150,16 +150,24 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
             module_spec = importlib.util.spec_from_file_location(path.stem, path)
             assert module_spec is not None and module_spec.loader is not None
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as e:  # the user's file fails to run: their error, in one line
+                raise BadInput(f"{where} failed to load: {type(e).__name__}: {e}") from None
         else:
             try:
                 module = importlib.import_module(where)
             except ImportError as e:
                 raise BadInput(f"cannot import {where}: {e}") from None
+            except Exception as e:  # the module raises while it loads
+                raise BadInput(f"{where} failed to load: {type(e).__name__}: {e}") from None
         factory = getattr(module, attr, None)
         if not callable(factory):
             raise BadInput(f"{where} has no function {attr!r}")
-        made = factory()
+        try:
+            made = factory()
+        except Exception as e:  # the user's factory raised
+            raise BadInput(f"{attr}() raised {type(e).__name__}: {e}") from None
         if not (isinstance(made, tuple) and len(made) == 3 and len(made[1]) == 2):
             raise BadInput(f"{attr}() must return (model, (x, y), loss_fn)")
         try:

@@ -325,7 +325,11 @@ def _index_bound(model: onnx.ModelProto, name: str, values: Mapping) -> int:
 
 
 def read_inputs(path: str | Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
+    """Arrays by input name from an .npz archive; ValueError for anything else (a bare .npy)."""
+    z = np.load(path, allow_pickle=False)
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError("not an .npz archive of arrays by input name (numpy.savez writes one)")
+    with z:
         return {k: z[k] for k in z.files}
 
 

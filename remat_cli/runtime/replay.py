@@ -23,6 +23,7 @@ import onnx
 from pydantic import BaseModel
 
 from remat_cli.graph import Graph
+from remat_cli.importers.onnx import MIN_OPSET, upgrade_opset
 from remat_cli.runtime import interpret as interp
 from remat_cli.runtime import session
 from remat_cli.runtime.model import (
@@ -140,6 +141,7 @@ def run_schedule(
     if mode not in ("session", "interpret"):
         raise ValueError(f"unknown mode {mode!r} (session or interpret)")
     notes: list[str] = []
+    original: dict[str, np.ndarray] | None = None
     if schedule.graph.sha256 != graph.sha256():
         # Costs enter the hash, and measured (profile) costs differ between imports; the
         # steps must still be valid for this graph, which simulate() checks.
@@ -148,7 +150,19 @@ def run_schedule(
             "predictions are this import's"
         )
     model_path = Path(model_path)
-    model = onnx.load(str(model_path))
+    # A model older than opset 13 is replayed as the importer saw it (upgraded, same node ids);
+    # the unscheduled run below stays the original file, so the outputs are compared with it.
+    try:
+        loaded = onnx.load(str(model_path))
+    except Exception as e:  # protobuf's parse errors: e.g. a remat-graph JSON given as the model
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ModelMismatch(f"{model_path} is not an ONNX model (remat run replays ONNX): {first}") from None
+    model, old_opset = upgrade_opset(loaded)
+    if old_opset is not None:
+        notes.append(
+            f"the scheduled run is the model upgraded from opset {old_opset} to {MIN_OPSET}; "
+            "the unscheduled run is the original"
+        )
     try:
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
@@ -174,6 +188,8 @@ def run_schedule(
         measured = _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
         unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
         out_a, out_b = run.outputs, ref.outputs
+        if old_opset is not None:  # the original model too, not only the upgraded baseline
+            original = _run_original(model_path, feeds, threads)
         notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
     else:
         budget_limit = None
@@ -214,6 +230,14 @@ def run_schedule(
     names = [o.name for o in model.graph.output]
     exact = provider == "cpu"
     match, diff, bad = _compare(out_a, out_b, names, exact=exact)
+    if original is not None:
+        # One-node sessions round differently from the whole model's (e.g. Conv pre-packs its
+        # constant weights), so the original is matched within tolerance, the baseline exactly.
+        match_o, diff_o, bad_o = _compare(out_a, original, names, exact=False)
+        match, diff, bad = match and match_o, max(diff, diff_o), bad + [n for n in bad_o if n not in bad]
+        notes.append(
+            "outputs also compared with the original model's run: numpy.allclose (rtol 1e-4, atol 1e-5)"
+        )
     if not exact:
         notes.append("outputs compared with numpy.allclose (rtol 1e-4, atol 1e-5) on CUDA")
     return RunReport(
@@ -243,8 +267,27 @@ def run_schedule(
     )
 
 
+def _run_original(model_path: Path, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+    """The original model's outputs, one plain onnxruntime CPU run."""
+    import onnxruntime as ort
+
+    try:
+        sess = ort.InferenceSession(
+            str(model_path), session.session_options(threads), providers=["CPUExecutionProvider"]
+        )
+        names = [o.name for o in sess.get_outputs()]
+        wanted = {i.name for i in sess.get_inputs()}
+        return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
+    except Exception as e:  # onnxruntime's own errors (e.g. an op it lacks at this opset)
+        raise RunFailed(f"onnxruntime could not run the original model: {e}") from None
+
+
 def _expected_names(model: onnx.ModelProto, graph: Graph, schedule: Schedule) -> list[str]:
-    return [n.name for n in scheduled_model(model, graph, schedule.steps).graph.node]
+    # onnxruntime turns Constant nodes into initializers when it loads a model (optimizations
+    # off or not), so they never run as kernels (e.g. the one version_converter adds for an old
+    # Dropout's ratio).
+    nodes = scheduled_model(model, graph, schedule.steps).graph.node
+    return [n.name for n in nodes if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx"))]
 
 
 def _measured(

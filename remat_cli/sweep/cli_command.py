@@ -1,0 +1,144 @@
+"""`remat sweep`, `remat plot` and `remat report`: parse, call, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from remat_cli.cli_common import BadInput, err, friendly_errors, graph_options, read_graph
+from remat_cli.graph import Graph
+from remat_cli.solvers import registry
+from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, make_cells, read_records, record_key, split_list
+from remat_cli.sweep.pool import LocalPool, default_jobs
+from remat_cli.sweep.sweep import best_by_graph, run_sweep
+
+
+@click.command("sweep")
+@click.argument("graph_paths", metavar="GRAPH...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--budgets",
+    default="90%,80%,70%,60%,50%",
+    show_default=True,
+    help="Comma-separated budgets (percentages of each graph's baseline peak, or bytes).",
+)
+@click.option("--solvers", "solver_list", default="greedy,fastsa,moccasin", show_default=True)
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per cell.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Results folder.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Solves at a time on the local pool (default: one per 2 cores, here {default_jobs()}).",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="tcp://HOST:PORT",
+    help="Run the cells on this Dask distributed scheduler (pip install remat-cli[distributed]).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@graph_options
+@friendly_errors
+def sweep_command(
+    graph_paths: tuple[str, ...],
+    budgets: str,
+    solver_list: str,
+    time_limit: float,
+    seed: int,
+    output: str,
+    jobs: int | None,
+    scheduler: str | None,
+    quiet: bool,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Every (GRAPH, budget, solver) cell, each solve in its own process under --time-limit.
+
+    One JSON record a cell is appended to OUTPUT/sweep.jsonl with its schedule under
+    OUTPUT/schedules/. Cells already in OUTPUT are skipped, so an interrupted sweep resumes
+    where it stopped; Ctrl-C keeps every finished cell.
+    """
+    names = split_list(solver_list)
+    budget_specs = split_list(budgets)
+    if not names or not budget_specs:
+        raise BadInput("--solvers and --budgets need at least one entry each")
+    for n in names:
+        registry.get(n)  # an unknown name is bad input before anything runs
+    if time_limit <= 0:
+        raise BadInput("--time-limit must be positive")
+    graphs: dict[str, Graph] = {}
+    entries: list[GraphEntry] = []
+    for p in graph_paths:
+        g = read_graph(p, input_shapes, batch, cost)
+        entry = GraphEntry.of(p, g)
+        if entry.sha256 not in graphs:
+            graphs[entry.sha256] = g
+            entries.append(entry)
+    cells = make_cells(entries, budget_specs, names, seed, time_limit)
+    results = Path(output)
+    if results.exists() and not results.is_dir():
+        raise BadInput(f"{output} exists and is not a folder")
+    results.mkdir(parents=True, exist_ok=True)
+    backend: Any
+    if scheduler:
+        from remat_cli.sweep.dask_backend import DaskBackend, DistributedMissing, connect
+
+        try:
+            backend = DaskBackend(connect(scheduler))
+        except DistributedMissing as e:
+            raise BadInput(str(e)) from None
+        except OSError as e:
+            raise BadInput(f"cannot reach the Dask scheduler {scheduler}: {e}") from None
+    else:
+        backend = LocalPool(jobs)
+    err.print(
+        f"{len(cells)} cells ({len(entries)} graphs × {len(budget_specs)} budgets × {len(names)} solvers), "
+        f"{backend.describe()}, results in {results / RESULTS_FILE}"
+    )
+    label = {e.sha256: e.name for e in entries}
+    per_graph = {e.sha256: sum(c.graph_sha256 == e.sha256 for c in cells) for e in entries}
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[best]}"),
+    ]
+    earlier = read_records(results)
+    with Progress(*columns, console=err, disable=quiet, transient=False) as progress:
+        total = progress.add_task("all cells", total=len(cells), best="")
+        tasks = {sha: progress.add_task(f"  {label[sha]}", total=n, best="") for sha, n in per_graph.items()}
+        keys = {c.key for c in cells}
+        seen = {record_key(r): r for r in earlier if record_key(r) in keys}.values()
+        for r in seen:
+            progress.advance(total)
+            progress.advance(tasks[r["graph_sha256"]])
+        mine = list(seen)
+
+        def show(record: dict[str, Any]) -> None:
+            mine.append(record)
+            progress.advance(total)
+            sha = record["graph_sha256"]
+            progress.update(tasks[sha], advance=1, best=best_by_graph(mine).get(sha, ""))
+
+        for sha, text in best_by_graph(mine).items():
+            progress.update(tasks[sha], best=text)
+        outcome = run_sweep(cells, graphs, backend, results, on_record=show)
+    statuses: dict[str, int] = {}
+    for r in outcome.records:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "nothing new"
+    err.print(
+        f"{'interrupted: ' if outcome.interrupted else ''}{outcome.ran} cells ran, "
+        f"{outcome.already_done} already in {output}, {outcome.skipped} skipped ({counts})"
+    )
+    if outcome.interrupted:
+        left = len(cells) - outcome.already_done - len(outcome.records)
+        err.print(f"finished cells are kept; run the same command again to resume ({left} left)")
+        raise SystemExit(130)

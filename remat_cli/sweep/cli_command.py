@@ -93,7 +93,7 @@ def sweep_command(
             backend = DaskBackend(connect(scheduler))
         except DistributedMissing as e:
             raise BadInput(str(e)) from None
-        except OSError as e:
+        except (OSError, ValueError) as e:  # refused, timed out, or not a scheduler address
             raise BadInput(f"cannot reach the Dask scheduler {scheduler}: {e}") from None
     else:
         backend = LocalPool(jobs)

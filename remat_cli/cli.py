@@ -476,9 +476,11 @@ def _register_runtime_commands() -> None:
 
 
 def _register_sweep_commands() -> None:
-    from remat_cli.sweep.cli_command import sweep_command
+    from remat_cli.sweep.cli_command import plot_command, report_command, sweep_command
 
     main.add_command(sweep_command)
+    main.add_command(plot_command)
+    main.add_command(report_command)
 
 
 _register_runtime_commands()

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from remat_cli.cli_common import BadInput, err, friendly_errors, graph_options, read_graph
+from remat_cli.cli_common import (
+    BadInput,
+    err,
+    friendly_errors,
+    graph_options,
+    read_graph,
+    read_schedule,
+    resolve_budget,
+    write_atomic,
+)
 from remat_cli.graph import Graph
 from remat_cli.solvers import registry
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, make_cells, read_records, record_key, split_list
@@ -142,3 +153,93 @@ def sweep_command(
         left = len(cells) - outcome.already_done - len(outcome.records)
         err.print(f"finished cells are kept; run the same command again to resume ({left} left)")
         raise SystemExit(130)
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _write_bytes_atomic(path: str, data: bytes) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _records_or_fail(results: str) -> list[dict[str, Any]]:
+    if not Path(results).exists():
+        raise BadInput(f"{results}: no such results folder or file")
+    records = read_records(results)
+    if not records:
+        raise BadInput(f"{results}: no sweep records (expected *.jsonl from `remat sweep`)")
+    return records
+
+
+@click.command("plot")
+@click.argument("results", required=False, type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="PNG, SVG or PDF file.")
+@click.option(
+    "--memory", "schedule_path", type=click.Path(dir_okay=False), help="Plot this schedule's live memory."
+)
+@click.option("--graph", "-g", "graph_path", type=click.Path(dir_okay=False), help="The graph of --memory.")
+@click.option("--budget", "-b", default=None, help="Budget line for --memory (default: the schedule's).")
+@graph_options
+@friendly_errors
+def plot_command(
+    results: str | None,
+    output: str,
+    schedule_path: str | None,
+    graph_path: str | None,
+    budget: str | None,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Trade-off figure of a sweep (RESULTS folder), or with --memory the live memory of a schedule.
+
+    `remat plot results/ -o tradeoff.png`: per graph, each solver's overhead against peak memory
+    (both % of the baseline), proven lower bounds shaded, the baseline marked.
+    `remat plot --memory schedule.json -g graph.json -o mem.png`: live bytes at each step against
+    the budget.
+    """
+    fmt = Path(output).suffix.lower().lstrip(".")
+    if fmt not in FIGURE_FORMATS:
+        raise BadInput(f"{output}: the file name must end in .png, .svg or .pdf")
+    from remat_cli.sweep import plot
+
+    if schedule_path is not None:
+        if graph_path is None:
+            raise BadInput("--memory needs the schedule's graph: -g GRAPH")
+        graph = read_graph(graph_path, input_shapes, batch, cost)
+        schedule = read_schedule(schedule_path)
+        if schedule.graph.sha256 != graph.sha256():
+            raise BadInput(f"{schedule_path} was made for another graph (graph.sha256 differs)")
+        limit = resolve_budget(graph, budget) if budget is not None else None
+        fig = plot.memory_figure(graph, schedule, limit)
+    else:
+        if results is None:
+            raise BadInput("give a results folder (from `remat sweep -o`), or --memory SCHEDULE -g GRAPH")
+        fig = plot.tradeoff_figure(_records_or_fail(results))
+    _write_bytes_atomic(output, plot.figure_bytes(fig, fmt))
+    err.print(f"wrote {output}")
+
+
+@click.command("report")
+@click.argument("results", type=click.Path())
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file.")
+@click.option("--title", default="remat sweep", show_default=True)
+@friendly_errors
+def report_command(results: str, output: str, title: str) -> None:
+    """A static HTML report of a sweep: the trade-off figure, live-memory plots and the table."""
+    from remat_cli.importers import load_graph
+    from remat_cli.sweep.report import report_html
+
+    records = _records_or_fail(results)
+    folder = Path(results) if Path(results).is_dir() else Path(results).parent
+    write_atomic(output, report_html(records, folder, load_graph=load_graph, title=title))
+    err.print(f"wrote {output} ({len(records)} records)")

@@ -53,7 +53,14 @@ def main() -> None:
 
     # 1. start, Ctrl-C after a while (SIGINT to the sweep process only, as a terminal would send)
     t0 = time.monotonic()
-    proc = subprocess.Popen(sweep, stderr=subprocess.PIPE, text=True)
+    # SIGINT back to its default in the child: a shell starts background jobs with it ignored,
+    # and Python only turns SIGINT into KeyboardInterrupt when it is not ignored at start-up
+    proc = subprocess.Popen(
+        sweep,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         _, first_err = proc.communicate(timeout=args.interrupt_after)
         interrupted = False

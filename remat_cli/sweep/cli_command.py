@@ -109,7 +109,8 @@ def sweep_command(
     else:
         backend = LocalPool(jobs)
     err.print(
-        f"{len(cells)} cells ({len(entries)} graphs × {len(budget_specs)} budgets × {len(names)} solvers), "
+        f"{len(cells)} cells ({_n(len(entries), 'graph')} × {_n(len(budget_specs), 'budget')} × "
+        f"{_n(len(names), 'solver')}), "
         f"{backend.describe()}, results in {results / RESULTS_FILE}"
     )
     label = {e.sha256: e.name for e in entries}
@@ -156,6 +157,10 @@ def sweep_command(
 
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
 
 
 def _write_bytes_atomic(path: str, data: bytes) -> None:

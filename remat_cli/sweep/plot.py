@@ -205,7 +205,7 @@ def memory_figure(graph: Graph, schedule: Schedule, budget: int | None = None) -
         fontsize=9,
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     return fig
 
 

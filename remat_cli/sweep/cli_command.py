@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,12 @@ def sweep_command(
 
         for sha, text in best_by_graph(mine).items():
             progress.update(tasks[sha], best=text)
-        outcome = run_sweep(cells, graphs, backend, results, on_record=show)
+        # `kill PID` stops the sweep as Ctrl-C does: finished cells kept, child solves killed
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            outcome = run_sweep(cells, graphs, backend, results, on_record=show)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     statuses: dict[str, int] = {}
     for r in outcome.records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -154,6 +160,10 @@ def sweep_command(
         left = len(cells) - outcome.already_done - len(outcome.records)
         err.print(f"finished cells are kept; run the same command again to resume ({left} left)")
         raise SystemExit(130)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 FIGURE_FORMATS = ("png", "svg", "pdf")

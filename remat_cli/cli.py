@@ -8,10 +8,8 @@ JSON goes to stdout (so commands pipe), people-facing output to stderr. Exit cod
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +38,9 @@ from remat_cli.cli_common import (
 from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
 from remat_cli.runner import run_solver
-from remat_cli.schedule import Schedule, ScheduleError, baseline, evaluate, peak_lower_bound, simulate
+from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver
+from remat_cli.sweep.runner import solve_in_subprocess
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -435,30 +434,24 @@ def compare(
 def _run_in_process(
     name: str, graph_file: Path, budget: int, time_limit: float, seed: int, tmp: Path
 ) -> dict:
-    out = tmp / f"{name}.json"
-    cmd = [sys.executable, "-m", "remat_cli", "solve", str(graph_file), "--budget", str(budget)]
-    cmd += ["--solver", name, "--time-limit", str(time_limit), "--seed", str(seed), "-q", "-o", str(out)]
-    t0 = time.monotonic()
-    grace = 30.0 + 0.5 * time_limit  # model building and decoding happen outside the engine's limit
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit + grace)
-    except subprocess.TimeoutExpired:
-        return {"solver": name, "status": "timeout", "seconds": time.monotonic() - t0}
-    seconds = time.monotonic() - t0
-    if proc.returncode == 0 and out.exists():
-        s = Schedule.model_validate_json(out.read_text())
+    child = solve_in_subprocess(graph_file, budget, name, time_limit, seed, tmp / f"{name}.json")
+    s = child.schedule
+    if s is None:
         return {
             "solver": name,
-            "status": s.solver.status,
-            "peak_memory": s.summary.peak_memory,
-            "overhead": s.summary.overhead,
-            "recomputations": s.summary.recomputations,
-            "seconds": s.solver.seconds,
-            "wall_seconds": seconds,
+            "status": child.status,
+            "message": child.message,
+            "seconds": child.wall_seconds,
         }
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    status = "infeasible" if proc.returncode == EXIT_INFEASIBLE else "error"
-    return {"solver": name, "status": status, "message": last, "seconds": seconds}
+    return {
+        "solver": name,
+        "status": s.solver.status,
+        "peak_memory": s.summary.peak_memory,
+        "overhead": s.summary.overhead,
+        "recomputations": s.summary.recomputations,
+        "seconds": s.solver.seconds,
+        "wall_seconds": child.wall_seconds,
+    }
 
 
 @main.group()
@@ -530,4 +523,13 @@ def _register_runtime_commands() -> None:
     main.add_command(export_torch_command)
 
 
+def _register_sweep_commands() -> None:
+    from remat_cli.sweep.cli_command import plot_command, report_command, sweep_command
+
+    main.add_command(sweep_command)
+    main.add_command(plot_command)
+    main.add_command(report_command)
+
+
 _register_runtime_commands()
+_register_sweep_commands()

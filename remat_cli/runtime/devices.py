@@ -66,27 +66,41 @@ class Placement:
 def placements(graph: Graph) -> dict[str, Placement]:
     """Each device of `graph` on its provider; RuntimeUnavailable for an unknown kind or a
     provider this onnxruntime lacks."""
+    return {d.id: place(d.id, d.kind) for d in graph.devices or []}
+
+
+def place(device: str, kind: str | None = None) -> Placement:
+    """`device` (kind `kind`, else its id's prefix) on its provider; RuntimeUnavailable for an
+    unknown kind or a provider this onnxruntime lacks."""
     import onnxruntime as ort
 
+    prefix, _, suffix = device.partition(":")
+    kind = (kind or prefix).lower()
+    if kind not in PROVIDERS:
+        raise RuntimeUnavailable(
+            f"device {device!r} has kind {kind!r}: remat maps kind cpu to CPUExecutionProvider "
+            "and cuda to CUDAExecutionProvider (set each device's 'kind' in the graph)"
+        )
     available = ort.get_available_providers()
-    out: dict[str, Placement] = {}
-    for d in graph.devices or []:
-        prefix, _, suffix = d.id.partition(":")
-        kind = (d.kind or prefix).lower()
-        if kind not in PROVIDERS:
-            raise RuntimeUnavailable(
-                f"device {d.id!r} has kind {kind!r}: remat run maps kind cpu to CPUExecutionProvider "
-                "and cuda to CUDAExecutionProvider (set each device's 'kind' in the graph)"
-            )
-        if PROVIDERS[kind] not in available:
-            raise RuntimeUnavailable(
-                f"device {d.id!r} (kind {kind}) needs onnxruntime's {PROVIDERS[kind]}, which is not "
-                f"available here (providers: {', '.join(available)}); for CUDA install onnxruntime-gpu "
-                "(pip install 'remat-cli[gpu]') and run on a machine with an NVIDIA GPU"
-            )
-        index = int(suffix) if kind == "cuda" and suffix.isdigit() else 0
-        out[d.id] = Placement(d.id, kind, index)
-    return out
+    if PROVIDERS[kind] not in available:
+        raise RuntimeUnavailable(
+            f"device {device!r} (kind {kind}) needs onnxruntime's {PROVIDERS[kind]}, which is not "
+            f"available here (providers: {', '.join(available)}); for CUDA install onnxruntime-gpu "
+            "(pip install 'remat-cli[gpu]') and run on a machine with an NVIDIA GPU"
+        )
+    index = int(suffix) if kind == "cuda" and suffix.isdigit() else 0
+    return Placement(device, kind, index)
+
+
+def transfer(value, source: Placement, target: Placement):
+    """A copy of the OrtValue `value` (on `source`) as a new buffer on `target`, through the
+    host: onnxruntime's Python API has no device-to-device copy."""
+    import onnxruntime as ort
+
+    arr = value.numpy()  # from a GPU a new host array; on the CPU a view of the same buffer
+    if source.kind == "cpu" and target.kind == "cpu":
+        arr = np.array(arr, copy=True)
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), target.kind, target.index)
 
 
 class DeviceInterpreter:
@@ -114,12 +128,7 @@ class DeviceInterpreter:
 
     def transfer(self, value, source: str, target: str):
         """A copy of the OrtValue `value` (on `source`) as a new buffer on `target`."""
-        import onnxruntime as ort
-
-        arr = value.numpy()  # CPU OrtValues alias numpy arrays: a host copy in every case
-        arr = np.array(arr, copy=True) if self.place[source].kind == "cpu" else arr
-        dst = self.engine(target)
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), dst.device, dst.device_id)
+        return transfer(value, self.place[source], self.place[target])
 
     def replay(
         self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]

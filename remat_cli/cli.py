@@ -518,9 +518,11 @@ def generate_transformer(layers: int, seed: int, output: str | None) -> None:
 
 def _register_runtime_commands() -> None:
     from remat_cli.runtime.cli_command import export_torch_command, run_command
+    from remat_cli.runtime.profile_command import profile_command
 
     main.add_command(run_command)
     main.add_command(export_torch_command)
+    main.add_command(profile_command)
 
 
 def _register_sweep_commands() -> None:

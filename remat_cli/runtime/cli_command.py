@@ -41,6 +41,13 @@ import click
     help="Intra-op threads. onnxruntime's ScatterND/ScatterElements add-reductions lose updates on more than one.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON to stdout.")
+@click.option(
+    "--graph",
+    "graph_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A remat-graph of MODEL (e.g. from `remat profile`) used instead of importing MODEL; "
+    "with devices, each node runs on its device's provider (--mode interpret).",
+)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxDx...", help="As for solve.")
 @click.option("--batch", type=int, default=None, help="As for solve.")
 @click.option(
@@ -64,6 +71,7 @@ def run_command(
     input_shapes: tuple[str, ...],
     batch: int | None,
     cost: str,
+    graph_path: str | None,
 ) -> None:
     """Replay SCHEDULE.json on MODEL.onnx with ONNX Runtime; measure peak memory and time
     against the unscheduled model and check that the outputs match."""
@@ -73,8 +81,13 @@ def run_command(
 
     @friendly_errors
     def go() -> None:
-        graph = read_graph(model_path, input_shapes, batch, cost)
+        graph = read_graph(graph_path) if graph_path else read_graph(model_path, input_shapes, batch, cost)
         schedule = read_schedule(schedule_path)
+        if schedule.budgets and not graph.devices:
+            raise BadInput(
+                f"{schedule_path} is a schedule on devices {', '.join(schedule.budgets)}: "
+                "pass the graph it was solved for with --graph GRAPH.json"
+            )
         try:
             inputs = read_inputs(inputs_path) if inputs_path else None
         except (OSError, ValueError) as e:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,15 +36,28 @@ class Interpretation:
 class Interpreter:
     """One session per ONNX node of `graph`, created once and reused by every replay."""
 
-    def __init__(self, model: onnx.ModelProto, graph: Graph, *, provider: str = "cpu", threads: int = 1):
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        graph: Graph,
+        *,
+        provider: str = "cpu",
+        threads: int = 1,
+        nodes: Collection[str] | None = None,
+        device_id: int = 0,
+    ):
+        """`nodes`: only these get a session (default all); `device_id`: which GPU for cuda."""
         import onnxruntime as ort
 
         self.graph = graph
         self.provider = provider
         self.device = "cuda" if provider == "cuda" else "cpu"
+        self.device_id = device_id if provider == "cuda" else 0
         table = node_table(model, graph)
         types = elem_types(model)
         providers = cuda_providers(None) if provider == "cuda" else ["CPUExecutionProvider"]
+        if provider == "cuda":
+            providers[0][1]["device_id"] = str(device_id)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.enable_cpu_mem_arena = False
@@ -56,6 +69,8 @@ class Interpreter:
         so.log_severity_level = 3
         self.sessions: dict[str, tuple] = {}
         for n in graph.nodes:
+            if nodes is not None and n.id not in nodes:
+                continue
             proto = table[n.id]
             m = single_node_model(model, proto, types)
             try:
@@ -75,7 +90,7 @@ class Interpreter:
     def _ortvalue(self, arr: np.ndarray):
         import onnxruntime as ort
 
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, 0)
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, self.device_id)
 
     def _bytes(self, name: str, v) -> int:
         if name in self.views:

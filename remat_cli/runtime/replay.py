@@ -140,6 +140,11 @@ def run_schedule(
         raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
     if mode not in ("session", "interpret"):
         raise ValueError(f"unknown mode {mode!r} (session or interpret)")
+    if graph.devices:  # several devices (XEngine): each node on its device's provider
+        from remat_cli.runtime.devices import run_on_devices
+
+        kw = {"repeat": repeat, "warmup": warmup, "inputs": inputs, "seed": seed, "threads": threads}
+        return run_on_devices(model_path, graph, schedule, provider=provider, mode=mode, **kw)
     notes: list[str] = []
     original: dict[str, np.ndarray] | None = None
     if schedule.graph.sha256 != graph.sha256():

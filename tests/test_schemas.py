@@ -29,3 +29,22 @@ def test_files_validate_against_schemas() -> None:
     schedule_schema = json.loads((ROOT / "schemas" / "schedule.schema.json").read_text())
     jsonschema.validate(json.loads(g.to_json()), graph_schema)
     jsonschema.validate(json.loads(schedule.to_json()), schedule_schema)
+
+
+def test_a_schedule_without_budget_reads_back() -> None:
+    """to_json leaves out None fields, so `budget: None` must be optional when read again."""
+    from remat_cli.generators import linear
+    from remat_cli.schedule import GraphRef, Schedule, SolverInfo, baseline_steps, evaluate
+
+    g = linear(4)
+    steps = baseline_steps(g)
+    s = Schedule(
+        graph=GraphRef(name=g.name, sha256=g.sha256()),
+        budget=None,
+        solver=SolverInfo(name="checkpoint-all", status="feasible", seconds=0.0),
+        steps=steps,
+        summary=evaluate(g, steps, None).summary(),
+    )
+    text = s.to_json()
+    assert '"budget"' not in text
+    assert Schedule.model_validate_json(text).budget is None

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from remat_cli import registry
 from remat_cli.cli_common import (
+    SECONDS,
     BadInput,
     err,
     friendly_errors,
@@ -39,7 +40,7 @@ from remat_cli.sweep.sweep import best_by_graph, run_sweep
     help="Comma-separated budgets (percentages of each graph's baseline peak, or bytes).",
 )
 @click.option("--solvers", "solver_list", default="greedy,fastsa,moccasin", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per cell.")
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds per cell.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Results folder.")
 @click.option(

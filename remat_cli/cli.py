@@ -149,9 +149,10 @@ def solve(
     """
     check_writable(output)
     if not quiet and registry.numba_cache_cold(solver_name):
-        err.print(
+        click.echo(  # not err.print: rich would wrap the line
             f"remat: note: {solver_name} compiles its numba kernels on first use (about a minute, "
-            "not counted in --time-limit); later runs load them from numba's cache"
+            "not counted in --time-limit); later runs load them from numba's cache",
+            err=True,
         )
     solver = registry.get(solver_name)
     params = parse_solver_args(solver, ctx.args)

@@ -45,3 +45,29 @@ def test_cold_until_numba_has_cached_a_kernel(fake: Path, monkeypatch: pytest.Mo
 def test_unknown_cache_location_says_nothing(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(fake / "elsewhere"))
     assert not registry.numba_cache_cold("fake-pkg")
+
+
+def test_solve_prints_the_note_only_when_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from remat_cli.cli import main
+    from remat_cli.generators import linear
+
+    g = tmp_path / "g.json"
+    g.write_text(linear(4, seed=1).to_json())
+    asked: list[str] = []
+
+    def cold(name: str) -> bool:
+        asked.append(name)
+        return True
+
+    monkeypatch.setattr(registry, "numba_cache_cold", cold)
+    res = CliRunner().invoke(main, ["solve", str(g), "-b", "100%", "-s", "greedy"])
+    assert res.exit_code == 0 and asked == ["greedy"]
+    notes = [ln for ln in res.output.splitlines() if ln.startswith("remat: note: greedy compiles")]
+    assert len(notes) == 1 and "not counted in --time-limit" in notes[0]
+    res = CliRunner().invoke(main, ["solve", str(g), "-b", "100%", "-s", "greedy", "-q"])
+    assert res.exit_code == 0 and "remat: note:" not in res.output
+    monkeypatch.setattr(registry, "numba_cache_cold", lambda name: False)
+    res = CliRunner().invoke(main, ["solve", str(g), "-b", "100%", "-s", "greedy"])
+    assert res.exit_code == 0 and "remat: note:" not in res.output

@@ -21,7 +21,13 @@ from remat_cli.budget import BUDGET_HELP, parse_budget
 from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
+    MAX_GENERATED_NODES,
+    MAX_RANDOM_LAYERED_NODES,
+    POSITIVE_INT,
+    SECONDS,
     BadInput,
+    FiniteFloatRange,
+    OneLineErrors,
     check_writable,
     emit,
     err,
@@ -84,7 +90,9 @@ def device_budgets(graph: Graph, text: str) -> dict[str, int]:
 
 
 # ---- commands ----
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="remat-cli")
 def main() -> None:
     """remat: tensor rematerialization (activation checkpointing) solvers.
@@ -104,10 +112,15 @@ def main() -> None:
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Write the schedule here (default: stdout)."
 )
-@click.option("--time-limit", type=float, default=None, help="Seconds; the best schedule so far is returned.")
+@click.option(
+    "--time-limit", type=SECONDS, default=None, help="Seconds; the best schedule so far is returned."
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
-    "--workers", type=int, default=None, help="Threads for solvers that use them (default: all cores)."
+    "--workers",
+    type=POSITIVE_INT,
+    default=None,
+    help="Threads for solvers that use them (default: all cores).",
 )
 @click.option("--hint", type=click.Path(exists=True, dir_okay=False), help="A schedule to warm-start from.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
@@ -135,6 +148,12 @@ def solve(
     `remat solvers NAME` lists them.
     """
     check_writable(output)
+    if not quiet and registry.numba_cache_cold(solver_name):
+        click.echo(  # not err.print: rich would wrap the line
+            f"remat: note: {solver_name} compiles its numba kernels on first use (about a minute, "
+            "not counted in --time-limit); later runs load them from numba's cache",
+            err=True,
+        )
     solver = registry.get(solver_name)
     params = parse_solver_args(solver, ctx.args)
     state, reason = solver.availability()
@@ -372,7 +391,7 @@ def _solver_facts(name: str) -> dict[str, Any]:
 @click.option(
     "--solvers", "solver_list", default=None, help="Comma-separated (default: every available one)."
 )
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per solver.")
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds per solver.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
 @graph_options
@@ -459,6 +478,12 @@ def generate() -> None:
     """Synthetic graphs (remat-graph JSON), deterministic by --seed."""
 
 
+def _within_cap(nodes: int, cap: int = MAX_GENERATED_NODES) -> None:
+    """Refuse, before generating, a graph too large to make in reasonable time and memory."""
+    if nodes > cap:
+        raise BadInput(f"that graph would have {nodes:,} nodes; this generator makes at most {cap:,}")
+
+
 def _generated(g: Graph, output: str | None) -> None:
     emit(g.to_json(), output)
     err.print(f"{g.name}: {len(g.nodes)} nodes, baseline peak {human_bytes(baseline(g).peak_memory)}")
@@ -469,22 +494,39 @@ _seed = click.option("--seed", type=int, default=0, show_default=True)
 
 
 @generate.command("linear")
-@click.option("--n", type=int, default=8, show_default=True, help="Forward nodes.")
+@click.option("--n", type=POSITIVE_INT, default=8, show_default=True, help="Forward nodes.")
 @click.option("--size", type=int, default=None, help="Bytes per activation (default: random).")
 @_seed
 @_out
 @friendly_errors
 def generate_linear(n: int, size: int | None, seed: int, output: str | None) -> None:
     """Checkmate's linear chain: n forward nodes, a loss, n backward nodes."""
+    _within_cap(2 * n + 1)
     _generated(generators.linear(n, seed=seed, size=size), output)
 
 
 @generate.command("random-layered")
-@click.option("--n", type=int, default=100, show_default=True, help="Nodes.")
-@click.option("--width", type=float, default=0.3, show_default=True, help="Relative layer width.")
-@click.option("--nlv", type=float, default=0.75, show_default=True, help="Layer-width variation.")
-@click.option("--ed", type=float, default=0.2, show_default=True, help="Edge density to the next layer.")
-@click.option("--scd", type=float, default=0.14, show_default=True, help="Long-skip probability.")
+@click.option("--n", type=POSITIVE_INT, default=100, show_default=True, help="Nodes.")
+@click.option(
+    "--width",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=0.3,
+    show_default=True,
+    help="Relative layer width.",
+)
+@click.option(
+    "--nlv", type=FiniteFloatRange(min=0), default=0.75, show_default=True, help="Layer-width variation."
+)
+@click.option(
+    "--ed",
+    type=FiniteFloatRange(0, 1),
+    default=0.2,
+    show_default=True,
+    help="Edge density to the next layer.",
+)
+@click.option(
+    "--scd", type=FiniteFloatRange(0, 1), default=0.14, show_default=True, help="Long-skip probability."
+)
 @_seed
 @_out
 @friendly_errors
@@ -492,27 +534,30 @@ def generate_random_layered(
     n: int, width: float, nlv: float, ed: float, scd: float, seed: int, output: str | None
 ) -> None:
     """Random layered DAG as in the Moccasin benchmarks."""
+    _within_cap(n, MAX_RANDOM_LAYERED_NODES)
     _generated(generators.random_layered(n, width, nlv, ed, scd, seed=seed), output)
 
 
 @generate.command("unet")
-@click.option("--depth", type=int, default=3, show_default=True)
-@click.option("--convs", type=int, default=2, show_default=True, help="Convolutions per block.")
+@click.option("--depth", type=POSITIVE_INT, default=3, show_default=True)
+@click.option("--convs", type=POSITIVE_INT, default=2, show_default=True, help="Convolutions per block.")
 @_seed
 @_out
 @friendly_errors
 def generate_unet(depth: int, convs: int, seed: int, output: str | None) -> None:
     """U-Net-style training graph with long skips."""
+    _within_cap(2 * (depth * (2 * convs + 3) + convs) + 1)
     _generated(generators.unet(depth, convs, seed=seed), output)
 
 
 @generate.command("transformer")
-@click.option("--layers", type=int, default=4, show_default=True)
+@click.option("--layers", type=POSITIVE_INT, default=4, show_default=True)
 @_seed
 @_out
 @friendly_errors
 def generate_transformer(layers: int, seed: int, output: str | None) -> None:
     """Transformer-encoder-like training graph."""
+    _within_cap(2 * (1 + 12 * layers) + 1)
     _generated(generators.transformer(layers, seed=seed), output)
 
 

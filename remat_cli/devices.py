@@ -91,6 +91,7 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
     recomputations = copies = 0
     seen: set[str] = set()
     profile: list[int] = []
+    by_device: dict[str, list[int]] = {d: [] for d in dm.ids}
 
     def where(k: int, d: str | None) -> str:
         d = d or home
@@ -163,6 +164,10 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
             instant = mem[d]
         if keep_profile:
             profile.append(instant)
+            acted = step.target if step.op == "copy" else step.device
+            acted = acted or home
+            for d in dm.ids:
+                by_device[d].append(instant if d == acted else mem[d])
     for v in graph.outputs:
         if not any(v in s for s in live.values()):
             raise ScheduleError(f"graph output {v!r} is not live at the end")
@@ -174,6 +179,7 @@ def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool 
         peak_by_device=peak,
         copies=copies,
         copy_cost=copy_cost,
+        device_profile={d: tuple(p) for d, p in by_device.items()} if keep_profile else None,
     )
 
 

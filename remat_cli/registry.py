@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -179,3 +181,24 @@ def call_solver(
     except Exception as e:  # noqa: BLE001 - reported in the caller's message, see above
         notes.append(f"{name} failed: {type(e).__name__}: {e}")
         return None
+
+
+def numba_cache_cold(name: str) -> bool:
+    """Whether solver `name` needs numba and its modules have no numba cache yet beside them, so
+    that importing it compiles its kernels first (about a minute). Known without importing the
+    solver; False whenever it cannot tell (NUMBA_CACHE_DIR set, a read-only install)."""
+    entry = BUILTIN.get(name)
+    if entry is None or "numba" not in entry.requires or os.environ.get("NUMBA_CACHE_DIR"):
+        return False
+    try:
+        spec = importlib.util.find_spec(entry.path.split(":")[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin:
+        return False
+    origin = Path(spec.origin)
+    if not os.access(origin.parent, os.W_OK):
+        return False  # numba then caches in the user's cache folder
+    if spec.submodule_search_locations:  # a package: any cache in it
+        return not any(origin.parent.rglob("__pycache__/*.nbi"))
+    return not any((origin.parent / "__pycache__").glob(f"{origin.stem}*.nbi"))

@@ -146,6 +146,9 @@ class SimResult:
     peak_by_device: dict[str, int] | None = None
     copies: int = 0
     copy_cost: float = 0.0
+    #: multi-device graphs with keep_profile: each device's live bytes at each step (the step's
+    #: instant on the device it acts on, the device's live bytes on the others)
+    device_profile: dict[str, tuple[int, ...]] | None = None
 
 
 def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:

@@ -178,3 +178,18 @@ def test_synthetic_profile() -> None:
     # all on the home device is the single-device baseline
     steps = baseline_steps(base)
     assert simulate_devices(g, steps).cost == pytest.approx(simulate(base, steps).cost)
+
+
+def test_per_device_profile() -> None:
+    g = two_devices()
+    steps = [copy("x", "cpu", "gpu"), on("a", "gpu"), free("x", "gpu"), on("b", "gpu"), free("va", "gpu")]
+    sim = simulate(g, steps, keep_profile=True)
+    # gpu: copy x 10; a 10+100; free x 100; b 100+20+ws 5; free va 20. cpu keeps x (10) throughout
+    assert sim.device_profile == {"cpu": (10,) * 5, "gpu": (10, 110, 100, 125, 20)}
+    assert sim.profile == (10, 110, 100, 125, 20)
+    assert {d: max(p) for d, p in sim.device_profile.items()} == sim.peak_by_device
+    assert simulate(g, steps).device_profile is None
+    from remat_cli import generators as G
+
+    single = G.linear(3, seed=0)
+    assert simulate(single, baseline_steps(single), keep_profile=True).device_profile is None

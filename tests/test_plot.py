@@ -161,3 +161,49 @@ def test_plot_of_an_empty_folder_is_bad_input(tmp_path: Path) -> None:
     proc = remat("plot", tmp_path, "-o", tmp_path / "t.png")
     assert proc.returncode == 2 and "no sweep records" in proc.stderr
     assert not (tmp_path / "t.png").exists()
+
+
+def test_memory_figure_per_device(tmp_path: Path) -> None:
+    """A multi-device schedule (xengine, with copies): one live line per device, each the simulator's
+    per-device profile, against that device's budget; the CLI renders it."""
+    from click.testing import CliRunner
+
+    from remat_cli.cli import main
+    from remat_cli.devices import synthetic_devices
+
+    g = synthetic_devices(generators.linear(5, seed=0), speedup=10, memory_fraction=0.3)
+    gp, sp = tmp_path / "g.json", tmp_path / "s.json"
+    gp.write_text(g.to_json())
+    res = CliRunner().invoke(
+        main, ["solve", str(gp), "--budget", "cpu=100%,accel=30%", "-s", "xengine", "-o", str(sp)]
+    )
+    assert res.exit_code == 0, res.output
+    s = Schedule.model_validate_json(sp.read_text())
+    sim = simulate(g, s.steps, keep_profile=True)
+    assert sim.copies > 0 and sim.device_profile is not None  # the accelerator is used
+    fig = memory_figure(g, s)
+    ax = fig.axes[0]
+    unit = re.search(r"\((\w+)\)", ax.get_ylabel()).group(1)
+    scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
+    lines = {ln.get_gid(): ln for ln in ax.get_lines() if ln.get_gid()}
+    assert {k for k in lines if k.startswith("live")} == {"live:cpu", "live:accel"}
+    for d, prof in sim.device_profile.items():
+        assert list(lines[f"live:{d}"].get_ydata() * scale) == pytest.approx(list(prof))
+        assert max(lines[f"live:{d}"].get_ydata()) * scale == pytest.approx(
+            s.summary.peak_memory_by_device[d]
+        )
+        assert lines[f"budget:{d}"].get_ydata()[0] * scale == pytest.approx(s.budgets[d])
+        assert lines[f"live:{d}"].get_color() == lines[f"budget:{d}"].get_color()
+    assert max(sim.device_profile["accel"]) <= s.budgets["accel"] < s.budgets["cpu"]
+    # --budget names each device's line
+    fig = memory_figure(g, s, budgets={"cpu": 123, "accel": 45})
+    ax = fig.axes[0]
+    scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[re.search(r"\((\w+)\)", ax.get_ylabel()).group(1)]
+    lines = {ln.get_gid(): ln for ln in ax.get_lines() if ln.get_gid()}
+    assert lines["budget:accel"].get_ydata()[0] * scale == pytest.approx(45)
+    out = tmp_path / "m.png"
+    proc = remat("plot", "--memory", sp, "-g", gp, "-b", "cpu=100%,accel=20%", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = remat("plot", "--memory", sp, "-g", gp, "-b", "gpu=1MB", "-o", tmp_path / "x.png")
+    assert proc.returncode == 2 and "unknown device" in proc.stderr

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from remat_cli import registry
 from remat_cli.cli_common import (
+    SECONDS,
     BadInput,
     err,
     friendly_errors,
@@ -22,7 +23,9 @@ from remat_cli.cli_common import (
     resolve_budget,
     write_atomic,
 )
+from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
+from remat_cli.schedule import baseline
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, make_cells, read_records, record_key, split_list
 from remat_cli.sweep.pool import LocalPool, default_jobs
 from remat_cli.sweep.sweep import best_by_graph, run_sweep
@@ -37,7 +40,7 @@ from remat_cli.sweep.sweep import best_by_graph, run_sweep
     help="Comma-separated budgets (percentages of each graph's baseline peak, or bytes).",
 )
 @click.option("--solvers", "solver_list", default="greedy,fastsa,moccasin", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds per cell.")
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds per cell.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Results folder.")
 @click.option(
@@ -220,7 +223,7 @@ def plot_command(
     `remat plot results/ -o tradeoff.png`: per graph, each solver's overhead against peak memory
     (both % of the baseline), proven lower bounds shaded, the baseline marked.
     `remat plot --memory schedule.json -g graph.json -o mem.png`: live bytes at each step against
-    the budget.
+    the budget (on a multi-device graph, one line per device against its budget).
     """
     fmt = Path(output).suffix.lower().lstrip(".")
     if fmt not in FIGURE_FORMATS:
@@ -234,8 +237,12 @@ def plot_command(
         schedule = read_schedule(schedule_path)
         if schedule.graph.sha256 != graph.sha256():
             raise BadInput(f"{schedule_path} was made for another graph (graph.sha256 differs)")
-        limit = resolve_budget(graph, budget) if budget is not None else None
-        fig = plot.memory_figure(graph, schedule, limit)
+        limit = budgets = None
+        if budget is not None and graph.devices:
+            budgets = resolve_device_budgets(graph, budget, baseline(graph).peak_memory)
+        elif budget is not None:
+            limit = resolve_budget(graph, budget)
+        fig = plot.memory_figure(graph, schedule, limit, budgets)
     else:
         if results is None:
             raise BadInput("give a results folder (from `remat sweep -o`), or --memory SCHEDULE -g GRAPH")

@@ -169,39 +169,75 @@ def _tradeoff_panel(ax: Any, rs: list[dict[str, Any]], colors: dict[str, str]) -
     ax.grid(True, alpha=0.3)
 
 
-def memory_figure(graph: Graph, schedule: Schedule, budget: int | None = None) -> Figure:
-    """Live bytes at each step of `schedule` (the simulator's profile) against the budget line."""
+def memory_figure(
+    graph: Graph, schedule: Schedule, budget: int | None = None, budgets: dict[str, int] | None = None
+) -> Figure:
+    """Live bytes at each step of `schedule` (the simulator's profile) against the budget line;
+    on a multi-device graph one line per device against that device's budget (`budgets`, else
+    the schedule's, else the graph's)."""
     sim = simulate(graph, schedule.steps, keep_profile=True)
     base = baseline(graph)
-    limit = budget if budget is not None else schedule.budget
-    top = max([sim.peak_memory, base.peak_memory, limit or 0])
+    if sim.device_profile is not None:
+        limits = budgets or schedule.budgets or {d.id: d.budget for d in graph.devices or [] if d.budget}
+        top = max([sim.peak_memory, base.peak_memory, *limits.values()])
+    else:
+        limit = budget if budget is not None else schedule.budget
+        top = max([sim.peak_memory, base.peak_memory, limit or 0])
     unit, scale = _unit(top)
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.subplots()
     steps = list(range(len(sim.profile)))
-    ax.plot(
-        steps,
-        [m / scale for m in sim.profile],
-        lw=1.0,
-        color="C0",
-        drawstyle="steps-post",
-        label="live memory",
-        gid="live",
-    )
-    if limit is not None:
-        ax.axhline(limit / scale, color="C3", lw=1.2, ls="--", label=f"budget {_human(limit)}", gid="budget")
+    if sim.device_profile is not None:
+        # one colour per device: its live bytes solid, its budget dashed
+        for i, (d, prof) in enumerate(sim.device_profile.items()):
+            color = f"C{i % 10}"
+            peak = sim.peak_by_device[d] if sim.peak_by_device else max(prof, default=0)
+            ax.plot(
+                steps,
+                [m / scale for m in prof],
+                lw=1.0,
+                color=color,
+                drawstyle="steps-post",
+                label=f"{d}: live memory (peak {_human(peak)})",
+                gid=f"live:{d}",
+            )
+            if d in limits:
+                ax.axhline(
+                    limits[d] / scale,
+                    color=color,
+                    lw=1.2,
+                    ls="--",
+                    label=f"{d}: budget {_human(limits[d])}",
+                    gid=f"budget:{d}",
+                )
+    else:
+        ax.plot(
+            steps,
+            [m / scale for m in sim.profile],
+            lw=1.0,
+            color="C0",
+            drawstyle="steps-post",
+            label="live memory",
+            gid="live",
+        )
+        if limit is not None:
+            ax.axhline(
+                limit / scale, color="C3", lw=1.2, ls="--", label=f"budget {_human(limit)}", gid="budget"
+            )
     ax.axhline(
         base.peak_memory / scale,
         color="0.5",
         lw=1.0,
         ls=":",
-        label=f"baseline peak {_human(base.peak_memory)}",
+        label=f"baseline peak {_human(base.peak_memory)}"
+        + (f" (all on {graph.home_device})" if sim.device_profile is not None else ""),
     )
     ax.set_xlabel("schedule step")
     ax.set_ylabel(f"live memory ({unit})")
+    copies = f", {sim.copies} copies" if sim.device_profile is not None else ""
     ax.set_title(
         f"{graph.name}: {schedule.solver.name}, peak {_human(sim.peak_memory)}, "
-        f"overhead {100 * (sim.cost / base.cost - 1 if base.cost else 0):.2f}%",
+        f"overhead {100 * (sim.cost / base.cost - 1 if base.cost else 0):.2f}%{copies}",
         fontsize=9,
     )
     ax.grid(True, alpha=0.3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from remat_cli.graph import Graph
+from remat_cli.plan_check import check_plan
 from remat_cli.schedule import (
     GraphRef,
     Schedule,
@@ -44,7 +45,14 @@ def build_schedule(
         raise SolverBug(f"solver {solver_name!r} returned an invalid schedule: {e}") from e
     base = base or baseline(graph)
     status = result.status
-    if budget is not None and sim.peak_memory > budget:
+    footprint = sim.peak_memory
+    if result.memory_plan is not None:
+        try:
+            check_plan(graph, result.steps, result.memory_plan)
+        except ScheduleError as e:
+            raise SolverBug(f"solver {solver_name!r} returned an invalid memory plan: {e}") from e
+        footprint = max(footprint, graph.resident_bytes + result.memory_plan.arena)
+    if budget is not None and footprint > budget:
         status = "infeasible"
     elif status == "infeasible":
         status = "feasible"
@@ -71,6 +79,7 @@ def build_schedule(
             overhead=(sim.cost / base.cost - 1.0) if base.cost > 0 else 0.0,
             recomputations=sim.recomputations,
         ),
+        memory_plan=result.memory_plan,
     )
 
 

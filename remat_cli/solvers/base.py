@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import Status, Step
+from remat_cli.schedule import MemoryPlan, Status, Step
 
 Availability = Literal["available", "missing engine", "licence-limited"]
 
@@ -70,6 +70,8 @@ class SolverResult:
     message: str | None = None
     #: when no schedule fits: the lowest peak the solver could establish, if any
     best_peak: int | None = None
+    #: byte offsets of the steps' buffers in one arena (remat-schedule `memory_plan`), if planned
+    memory_plan: MemoryPlan | None = None
 
 
 class Solver(ABC):

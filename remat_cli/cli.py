@@ -170,6 +170,13 @@ def solve(
         print_summary(schedule)
     if schedule.solver.status == "infeasible":
         # Keep the user's output file untouched: nothing within budget was found.
+        if schedule.memory_plan is not None:  # the footprint is resident bytes + the planned arena
+            fail(
+                f"no schedule within {budget_bytes:,} B found by {solver_name}: smallest arena "
+                f"{schedule.memory_plan.arena:,} B + resident {graph.resident_bytes:,} B = "
+                f"{graph.resident_bytes + schedule.memory_plan.arena:,} B (lower bound "
+                f"{int(schedule.solver.lower_bound or peak_lower_bound(graph)):,} B)"
+            )
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
             f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)"

@@ -91,6 +91,36 @@ def greedy_order(p: Problem) -> list[int]:
     return order
 
 
+def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
+    """Hill climbing on the fragmentation-free peak: move one operator as late as its first
+    successor allows (it allocates more than it frees) or as early as its last predecessor
+    allows, keep the move when the peak drops; sweeps until none helps or `deadline`
+    (time.monotonic()). A warm start for the exact model, not part of the paper."""
+    import time
+
+    best = p.peak(order)
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        for i in range(len(order)):
+            if time.monotonic() >= deadline:
+                break
+            pos = {v: k for k, v in enumerate(order)}
+            k = pos[i]
+            lo = max((pos[q] for q in p.preds[i]), default=-1) + 1
+            hi = min((pos[s] for s in p.succs[i]), default=len(order)) - 1
+            for target in (hi, lo):
+                if target == k:
+                    continue
+                trial = order[:k] + order[k + 1 :]
+                trial.insert(target, i)
+                peak = p.peak(trial)
+                if peak < best:
+                    order, best, improved = trial, peak, True
+                    break
+    return order
+
+
 def hint_order(m: cp_model.CpModel, v: OrderVars, order: list[int]) -> None:
     for s, i in enumerate(order):
         m.add_hint(v.pos[i], s)

@@ -39,7 +39,7 @@ from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.model.addresses import ENGINES, place
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
-from remat_cli.solvers.model.ordering import greedy_order, solve_order
+from remat_cli.solvers.model.ordering import greedy_order, improve_order, solve_order
 
 DEFAULT_TIME_LIMIT = 60.0
 #: program (9) is built only up to this many tensors: on torch_resnet_train (629 tensors) CP-SAT's
@@ -98,7 +98,8 @@ class Model(Solver):
             )
 
         if prm["order_only"]:
-            r = solve_order(p, self._start(p, options), left(), workers, seed, floor)
+            start = improve_order(p, self._start(p, options), time.monotonic() + left(0.3))
+            r = solve_order(p, start, left(), workers, seed, floor)
             steps = self._steps(p, r.order)
             return result(
                 steps,
@@ -127,6 +128,7 @@ class Model(Solver):
 
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
         start = self._start(p, options)
+        start = improve_order(p, start, time.monotonic() + left(0.15))
         r = solve_order(p, start, left(0.4), workers, seed, floor)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest greedy arena goes on

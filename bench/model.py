@@ -9,6 +9,8 @@ address-engine comparison behind the solver's choice: the order fixed, CP-SAT Ad
 vs. the big-M MILP (eqs. 6-8) on HiGHS, from the same greedy start.
 
     python3 bench/model.py [--time-limit 30] [--engine-limit 20] [--only mlp unet] [--no-session]
+    python3 bench/model_nets.py /tmp/nets resnet18_b1 ...   # torchvision-style exports (torch extra)
+    python3 bench/model.py --graphs /tmp/nets/*.onnx --name model_torch --no-session
 
 Writes bench/results/model.json.
 """
@@ -49,9 +51,15 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--no-session", action="store_true", help="skip onnxruntime's own measurement")
+    ap.add_argument("--graphs", nargs="*", help="ONNX files instead of graphs/torch_*_train.onnx")
+    ap.add_argument("--name", default="model", help="results file bench/results/NAME.json")
     args = ap.parse_args()
     rows = []
-    files = sorted((ROOT / "graphs").glob("torch_*_train.onnx"))
+    files = (
+        [Path(f) for f in args.graphs]
+        if args.graphs
+        else sorted((ROOT / "graphs").glob("torch_*_train.onnx"))
+    )
     for path in files:
         key = path.stem.removeprefix("torch_").removesuffix("_train")
         if args.only and key not in args.only:
@@ -123,7 +131,7 @@ def main() -> None:
         )
     times = [r["model_seconds"] for r in rows]
     write_results(
-        "model",
+        args.name,
         rows,
         machine_note="loaded machine (2 cores shared by ~8 engineers)",
         median_model_seconds=statistics.median(times) if times else None,

@@ -134,7 +134,9 @@ class Model(Solver):
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
         start = self._start(p, options)
         start = improve_order(p, start, time.monotonic() + left(0.15))
-        r = solve_order(p, start, left(0.4), workers, seed, floor)
+        # without stage 3 (too large) the order search gets most of the time
+        joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
+        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest greedy arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None
@@ -154,7 +156,7 @@ class Model(Solver):
             offs, arena, _, _ = place(bufs, alignment, left(0.35), workers, seed, engine)
             options.progress(arena=resident + arena, bound=resident + bound)
         # 3. program (9) when a gap remains
-        if arena > bound and left() > 0.5 and engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS:
+        if arena > bound and left() > 0.5 and joint:
             by_value = {
                 (b.value, b.node if b.value is None else ""): o for b, o in zip(bufs, offs, strict=True)
             }

@@ -49,6 +49,9 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds for the joint solve")
     ap.add_argument("--engine-limit", type=float, default=20.0, help="seconds per address engine")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--alignment", type=int, default=64, help="of the MODeL plan (bitwise-equal replay needs 64)"
+    )
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--no-session", action="store_true", help="skip onnxruntime's own measurement")
     ap.add_argument("--graphs", nargs="*", help="ONNX files instead of graphs/torch_*_train.onnx")
@@ -68,7 +71,14 @@ def main() -> None:
         resident = g.resident_bytes
         program_peak = baseline(g).peak_memory - resident
         row: dict = {"graph": path.name, "ops": len(g.needed_nodes), "program_order_peak": program_peak}
-        s, _ = run_solver(g, 10**15, "model", SolveOptions(time_limit=args.time_limit, workers=args.workers))
+        s, _ = run_solver(
+            g,
+            10**15,
+            "model",
+            SolveOptions(
+                time_limit=args.time_limit, workers=args.workers, params={"alignment": args.alignment}
+            ),
+        )
         assert s is not None and s.memory_plan is not None
         row |= {
             "model_arena": s.memory_plan.arena,

@@ -27,7 +27,7 @@ def alexnet() -> nn.Module:
         nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
         nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
+        nn.Flatten(), nn.Linear(256 * 3 * 3, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
     )  # fmt: skip
 
 

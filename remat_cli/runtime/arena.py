@@ -8,7 +8,8 @@ made from numpy *views* of B at the planned offsets (no copy on CPU), and each o
 their outputs themselves; binding outputs in place would need every output shape before the
 run). So a value that the plan wrongly overlaps with a live one is overwritten in B before its
 reader runs, and the graph outputs (read back from B) stop matching the unscheduled run bitwise.
-View outputs (Reshape, Squeeze, ...: 0 bytes in the graph, aliases of their base) stay outside B.
+View outputs (Reshape, Squeeze, ...: 0 bytes in the graph, aliases of their base) stay outside B,
+as private copies.
 
 The measured arena is the highest byte any tensor actually occupied (offset + the kernel's
 real output bytes), next to the planned arena.
@@ -43,7 +44,12 @@ def arena_replay(
 
     if engine.device != "cpu":
         raise RunFailed("the arena replay runs on the CPU provider only")
-    arena = np.zeros(plan.arena, dtype=np.uint8)
+    # The arena's base is 64-byte aligned, so a plan's alignment is the tensors' real alignment
+    # (onnxruntime's SIMD reductions round differently on unaligned data: ReduceSum's bias
+    # gradients of torch_unet_train differ by up to 1.2e-7 at alignment 1, none at 64).
+    raw = np.zeros(plan.arena + 64, dtype=np.uint8)
+    base = (-raw.ctypes.data) % 64
+    arena = raw[base : base + plan.arena]
     where = {(b.step, b.value): (b.offset, b.size) for b in plan.offsets if b.value is not None}
     live: dict[str, object] = {}
     for v in engine.graph.values:
@@ -78,7 +84,9 @@ def arena_replay(
                 arr = arr if arr.flags.c_contiguous else arr.copy()  # ascontiguousarray makes 0-d 1-d
                 slot = where.get((k, name))
                 if slot is None or (arr.nbytes > slot[1] and name in engine.views):
-                    live[name] = v  # a view (aliases its base) or a value the graph does not track
+                    # A view (0 bytes in the graph): onnxruntime may return it aliasing its input, which
+                    # is arena memory the plan can reuse once the base is freed, so keep a copy.
+                    live[name] = ort.OrtValue.ortvalue_from_numpy(np.array(v.numpy()), "cpu", 0)
                     outside.add(name)
                     continue
                 off, size = slot

@@ -5,8 +5,8 @@ at its planned offset A_e. This module makes such a plan for *any* remat schedul
 step allocates one buffer per output (a recomputed value is a new buffer) plus the node's
 workspace for that step, and a `free` step ends the value's current buffer. Resident values
 (inputs, parameters) are not in the arena. Placement: greedy by size with best fit (the offset
-heuristic of TFLite's arena planner, Pisarchyk & Lee 2020, "greedy by size"), tried with two
-orders of the buffers, the smaller arena kept. The exact placement is MODeL's address model in
+heuristic of TFLite's arena planner, Pisarchyk & Lee 2020, "greedy by size"), tried with five
+orders of the buffers, the smallest arena kept. The exact placement is MODeL's address model in
 `remat_cli.solvers.model.addresses`.
 """
 
@@ -71,13 +71,18 @@ def align(x: int, alignment: int) -> int:
 
 
 def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
-    """Offsets by greedy-by-size best fit; the better of two buffer orders (size, then
-    size x lifetime). Returns one offset per buffer, in the order given."""
+    """Offsets by best fit, the best of five buffer orders (size with earlier start or later
+    end first, size x lifetime, lifetime, allocation order): each wins on some shipped or
+    exported training graph (torch ResNet-18 at alignment 64: 0.13% above the peak by size
+    with later end first, 1.96% by size alone). Returns one offset per buffer, in the order given."""
     best: list[int] | None = None
     best_arena = -1
     for key in (
         lambda i: (-align(buffers[i].size, alignment), buffers[i].start),
+        lambda i: (-align(buffers[i].size, alignment), -buffers[i].end),
         lambda i: (-align(buffers[i].size, alignment) * (buffers[i].end - buffers[i].start), i),
+        lambda i: (buffers[i].start - buffers[i].end, -buffers[i].size),
+        lambda i: (buffers[i].start, -buffers[i].size),
     ):
         offsets = _best_fit(buffers, sorted(range(len(buffers)), key=key), alignment)
         arena = max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)

@@ -41,8 +41,10 @@ from remat_cli.cli_common import (
     read_schedule,
     resolve_budget,
 )
+from remat_cli.commands.plan import plan as plan_command
 from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
+from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.runner import run_solver
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver
@@ -192,6 +194,13 @@ def solve(
         print_summary(schedule)
     if schedule.solver.status == "infeasible":
         # Keep the user's output file untouched: nothing within budget was found.
+        if schedule.memory_plan is not None:  # the footprint is resident bytes + the planned arena
+            fail(
+                f"no schedule within {budget_bytes:,} B found by {solver_name}: smallest arena "
+                f"{schedule.memory_plan.arena:,} B + resident {graph.resident_bytes:,} B = "
+                f"{graph.resident_bytes + schedule.memory_plan.arena:,} B (lower bound "
+                f"{int(schedule.solver.lower_bound or peak_lower_bound(graph)):,} B)"
+            )
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
             f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)"
@@ -284,7 +293,21 @@ def validate(
             }
     except ScheduleError as e:
         report["error"] = str(e)
-    ok = report["valid"] and report["graph_matches"] and report.get("within_budget", False)
+    if report["valid"] and s.memory_plan is not None:
+        try:
+            pr = check_plan(g, s.steps, s.memory_plan)
+            report["memory_plan"] = {
+                "valid": True,
+                "arena": pr.arena,
+                "peak": pr.peak,
+                "fragmentation": pr.fragmentation,
+                "footprint": g.resident_bytes + pr.arena,
+                "footprint_within_budget": limit is None or g.resident_bytes + pr.arena <= limit,
+            }
+        except PlanError as e:
+            report["memory_plan"] = {"valid": False, "error": str(e)}
+    plan_ok = report.get("memory_plan", {}).get("valid", True)
+    ok = report["valid"] and report["graph_matches"] and report.get("within_budget", False) and plan_ok
     if as_json:
         click.echo(json.dumps(report, indent=1))
     if not report["graph_matches"]:
@@ -308,6 +331,14 @@ def validate(
             )
     else:
         err.print(f"[red]invalid[/]: {report['error']}")
+    mp = report.get("memory_plan")
+    if mp is not None and mp["valid"]:
+        err.print(
+            f"memory plan: arena {human_bytes(mp['arena'])}, fragmentation {100 * mp['fragmentation']:.2f}% "
+            f"(arena / peak of arena bytes - 1), footprint {human_bytes(mp['footprint'])}"
+        )
+    elif mp is not None:
+        err.print(f"[red]invalid memory plan[/]: {mp['error']}")
     sys.exit(EXIT_OK if ok else EXIT_INFEASIBLE)
 
 
@@ -580,3 +611,4 @@ def _register_sweep_commands() -> None:
 
 _register_runtime_commands()
 _register_sweep_commands()
+main.add_command(plan_command)

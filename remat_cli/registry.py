@@ -92,6 +92,13 @@ BUILTIN: dict[str, Entry] = {
         "HiREmate (Gusak et al.), §3 and Appendices A-C",
         requires=("ortools", "scipy"),
     ),
+    "model": Entry(
+        "remat_cli.solvers.model.solver:Model",
+        "operator order + tensor addresses, no recomputation (one arena)",
+        "Steiner et al., ICML 2023 (MODeL)",
+        exact=True,
+        requires=("ortools",),
+    ),
     "xengine": Entry(
         "remat_cli.solvers.xengine:XEngine",
         "multi-device rematerialization: per-device MILP over Checkmate's stages + placement search",

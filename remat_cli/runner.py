@@ -10,6 +10,7 @@ import time
 
 from remat_cli import registry
 from remat_cli.graph import Graph
+from remat_cli.plan_check import check_plan
 from remat_cli.schedule import (
     GraphRef,
     Schedule,
@@ -45,7 +46,16 @@ def build_schedule(
     # the status a user sees follows the simulator, not the solver's claim (remat_cli.testing
     # checks the claim itself)
     status = result.status
-    if not ev.within_budget:
+    within = ev.within_budget
+    if result.memory_plan is not None:
+        try:
+            check_plan(graph, result.steps, result.memory_plan)
+        except ScheduleError as e:
+            raise SolverBug(f"solver {solver_name!r} returned an invalid memory plan: {e}") from e
+        # a planned schedule occupies resident bytes + one arena (docs/FORMATS.md)
+        footprint = max(ev.sim.peak_memory, graph.resident_bytes + result.memory_plan.arena)
+        within = within and (budget is None or footprint <= budget)
+    if not within:
         status = "infeasible"
     elif status == "infeasible":
         status = "feasible"
@@ -67,6 +77,7 @@ def build_schedule(
         ),
         steps=list(result.steps),
         summary=ev.summary(),
+        memory_plan=result.memory_plan,
     )
 
 

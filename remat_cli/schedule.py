@@ -103,6 +103,28 @@ class Summary(BaseModel):
     copy_cost: float | None = None
 
 
+class PlacedBuffer(BaseModel):
+    """One buffer of a memory plan: a production of `value` (or the workspace of `node`) at `step`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str | None = Field(default=None, description="the value produced at `step`")
+    node: str | None = Field(default=None, description="set instead of `value` for a node's workspace")
+    step: int = Field(ge=0, description="index in `steps` of the compute step that allocates it")
+    offset: int = Field(ge=0, description="bytes from the arena's start")
+    size: int = Field(ge=0, description="bytes")
+
+
+class MemoryPlan(BaseModel):
+    """Byte offsets of every intermediate buffer inside one arena (resident values live outside)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arena: int = Field(ge=0, description="bytes of the one preallocated buffer")
+    alignment: int = Field(default=1, ge=1, description="every offset is a multiple of this")
+    offsets: list[PlacedBuffer]
+
+
 class Schedule(BaseModel):
     """remat-schedule v1. Extra optional keys (memory_plan, per-device budgets) are allowed."""
 
@@ -117,6 +139,7 @@ class Schedule(BaseModel):
     solver: SolverInfo
     steps: list[Step]
     summary: Summary
+    memory_plan: MemoryPlan | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=1, exclude_none=True, by_alias=True)

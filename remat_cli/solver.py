@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import Status, Step
+from remat_cli.schedule import MemoryPlan, Status, Step
 
 Availability = Literal["available", "missing engine", "licence-limited"]
 
@@ -102,6 +102,8 @@ class SolverResult:
     message: str | None = None
     #: when no schedule fits: the lowest peak the solver could establish, if any
     best_peak: int | None = None
+    #: byte offsets of the steps' buffers in one arena (remat-schedule `memory_plan`), if planned
+    memory_plan: MemoryPlan | None = None
 
 
 class Solver(ABC):
@@ -115,6 +117,9 @@ class Solver(ABC):
     exact_params: ClassVar[dict[str, Any]] = {}
     #: True when solve() starts from `options.hint`: its result is then never worse than the hint
     warm_starts: ClassVar[bool] = False
+    #: what `SolverResult.objective` measures: the schedule's compute cost, or its memory footprint
+    #: (MODeL: resident bytes + arena; its exactness is checked by its own brute force)
+    minimises: ClassVar[Literal["cost", "memory"]] = "cost"
     #: True when the solver places computes on the devices of a multi-device graph
     multi_device: ClassVar[bool] = False
     params: ClassVar[tuple[Param, ...]] = ()

@@ -118,8 +118,11 @@ def _run(solver: Solver, graph: Graph, budget: int, **options: Any) -> tuple[Sol
     return result, time.monotonic() - t0
 
 
-def _check_claims(check: str, graph: Graph, budget: int, result: SolverResult) -> SimResult | None:
-    """What the solver claims agrees with the simulator; returns the simulation of its steps."""
+def _check_claims(
+    check: str, graph: Graph, budget: int, result: SolverResult, minimises: str = "cost"
+) -> SimResult | None:
+    """What the solver claims agrees with the simulator; returns the simulation of its steps.
+    `minimises` is the solver's objective: "cost" (compute) or "memory" (its footprint)."""
     where = f"{graph.name} at budget {budget:,}"
     if result.status not in ("optimal", "feasible", "infeasible", "unknown", "error"):
         raise _fail(check, f"{where}: unknown status {result.status!r}")
@@ -129,26 +132,31 @@ def _check_claims(check: str, graph: Graph, budget: int, result: SolverResult) -
             sim = simulate(graph, result.steps)
         except ScheduleError as e:
             raise _fail(check, f"{where}: invalid schedule: {e}") from None
+    # a memory plan's footprint is resident bytes + its arena (docs/FORMATS.md)
+    footprint = sim.peak_memory if sim is not None else None
+    if sim is not None and result.memory_plan is not None:
+        footprint = max(sim.peak_memory, graph.resident_bytes + result.memory_plan.arena)
     if result.status in ("optimal", "feasible"):
-        if sim is None:
+        if sim is None or footprint is None:
             raise _fail(check, f"{where}: status {result.status!r} without steps")
-        if sim.peak_memory > budget:
-            raise _fail(check, f"{where}: {result.status!r} but the peak is {sim.peak_memory:,}")
-    if result.status == "infeasible" and sim is not None and sim.peak_memory <= budget:
-        raise _fail(check, f"{where}: 'infeasible' but its steps fit (peak {sim.peak_memory:,})")
+        if footprint > budget:
+            raise _fail(check, f"{where}: {result.status!r} but the footprint is {footprint:,}")
+    if result.status == "infeasible" and footprint is not None and footprint <= budget:
+        raise _fail(check, f"{where}: 'infeasible' but its steps fit (footprint {footprint:,})")
     if result.best_peak is not None:
         if result.best_peak < peak_lower_bound(graph):
             raise _fail(check, f"{where}: best_peak {result.best_peak:,} is below the lower bound")
         if result.status == "infeasible" and result.best_peak <= budget:
             raise _fail(check, f"{where}: 'infeasible' but best_peak {result.best_peak:,} fits")
-        if sim is not None and result.best_peak > sim.peak_memory:
-            raise _fail(check, f"{where}: best_peak {result.best_peak:,} above its own steps' peak")
-    if sim is not None and sim.peak_memory <= budget:
-        tol = TOLERANCE * max(1.0, sim.cost)
-        if result.objective is not None and abs(result.objective - sim.cost) > tol:
-            raise _fail(check, f"{where}: objective {result.objective} but the steps cost {sim.cost}")
-        if result.lower_bound is not None and result.lower_bound > sim.cost + tol:
-            raise _fail(check, f"{where}: lower bound {result.lower_bound} above its own cost {sim.cost}")
+        if footprint is not None and result.best_peak > footprint:
+            raise _fail(check, f"{where}: best_peak {result.best_peak:,} above its own steps' footprint")
+    if sim is not None and footprint is not None and footprint <= budget:
+        value = float(footprint) if minimises == "memory" else sim.cost
+        tol = TOLERANCE * max(1.0, value)
+        if result.objective is not None and abs(result.objective - value) > tol:
+            raise _fail(check, f"{where}: objective {result.objective} but its steps give {value}")
+        if result.lower_bound is not None and result.lower_bound > value + tol:
+            raise _fail(check, f"{where}: lower bound {result.lower_bound} above its own {value}")
     return sim
 
 
@@ -208,7 +216,7 @@ def check_valid_within_budget(solver: Solver) -> None:
         for fraction in FRACTIONS:
             budget = budget_for(g, fraction)
             result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
-            _check_claims(name, g, budget, result)
+            _check_claims(name, g, budget, result, solver.minimises)
             if fraction == 1.0 and result.status not in ("optimal", "feasible"):
                 raise _fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
 
@@ -221,7 +229,7 @@ def check_time_limit(solver: Solver) -> None:
         result, seconds = _run(solver, g, budget_for(g, 0.7), time_limit=limit, seed=0)
         if seconds > limit + SLACK:
             raise _fail(name, f"{g.name}: {seconds:.1f}s with --time-limit {limit:g}")
-        _check_claims(name, g, budget_for(g, 0.7), result)
+        _check_claims(name, g, budget_for(g, 0.7), result, solver.minimises)
         return
 
 
@@ -260,7 +268,7 @@ def check_non_recomputable_run_once(solver: Solver) -> None:
     for g in _graphs(solver, name, graphs):
         for budget in (budget_for(g, 0.7), *tiny_budgets(g)[:2]):
             result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0, workers=1)
-            _check_claims(name, g, budget, result)
+            _check_claims(name, g, budget, result, solver.minimises)
             runs = [s.node for s in result.steps or () if s.op == "compute"]
             for n in g.nodes:
                 if not n.recomputable and runs.count(n.id) > 1:
@@ -274,11 +282,11 @@ def check_hint_never_worse(solver: Solver) -> None:
     for g in _graphs(solver, name, [contract_graphs()["unet"], *contract_graphs().values()]):
         budget = budget_for(g, 0.8)
         first, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=1, workers=1)
-        sim = _check_claims(name, g, budget, first)
+        sim = _check_claims(name, g, budget, first, solver.minimises)
         if sim is None or sim.peak_memory > budget:
             continue
         again, _ = _run(solver, g, budget, time_limit=1.0, seed=2, workers=1, hint=first.steps)
-        sim2 = _check_claims(name, g, budget, again)
+        sim2 = _check_claims(name, g, budget, again, solver.minimises)
         if sim2 is None or sim2.peak_memory > budget or sim2.cost > sim.cost * (1 + TOLERANCE):
             got = "nothing within budget" if sim2 is None or sim2.peak_memory > budget else sim2.cost
             raise _fail(name, f"{g.name}: hint of cost {sim.cost}, result {got}")
@@ -297,7 +305,7 @@ def check_exact_matches_brute_force(solver: Solver) -> None:
             result, _ = _run(
                 solver, g, budget, time_limit=30.0, seed=0, workers=1, params=solver.exact_params
             )
-            sim = _check_claims(name, g, budget, result)
+            sim = _check_claims(name, g, budget, result, solver.minimises)
             where = f"{g.name} at budget {budget:,}"
             if ref is None:  # a schedule outside the stage space may still fit: no proof of one
                 if result.status == "optimal":
@@ -323,7 +331,7 @@ def all_checks(solver: Solver) -> list[Check]:
     ]
     if solver.warm_starts:
         checks.append(check_hint_never_worse)
-    if solver.exact:
+    if solver.exact and solver.minimises == "cost":  # a memory objective has its own brute force
         checks.append(check_exact_matches_brute_force)
     return checks
 

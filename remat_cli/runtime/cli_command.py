@@ -119,8 +119,16 @@ def run_command(
         err.print(table)
         for note in report.notes:
             err.print(f"note: {note}")
+        if report.arena is not None:
+            a = report.arena
+            err.print(
+                f"arena: planned {a['planned_arena']:,} B, measured {a['measured_arena']:,} B, outputs "
+                f"{'match' if a['outputs_match'] else 'DIFFER'} inside the arena ({a['how']})"
+            )
         if as_json:
             click.echo(report.to_json())
+        if report.arena is not None and not report.arena["outputs_match"]:
+            fail("outputs computed inside the planned arena differ: the plan overlaps live tensors", 1)
         if not report.outputs_match:
             fail(f"outputs differ from the unscheduled run: {', '.join(report.mismatched_outputs)}", 1)
 

@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -84,6 +84,8 @@ class RunReport(BaseModel):
     cpu_time_overhead: float
     #: session mode: onnxruntime ran exactly the schedule's compute sequence (profiler check)
     order_kept: bool | None = None
+    #: interpret mode with a memory_plan: the replay inside one arena (runtime/arena.py)
+    arena: dict[str, Any] | None = None
     notes: list[str]
 
     def to_json(self) -> str:
@@ -184,6 +186,7 @@ def run_schedule(
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
     order_kept: bool | None = None
+    arena_report: dict[str, Any] | None = None
     resident = graph.resident_bytes
     if mode == "interpret":
         engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
@@ -196,6 +199,8 @@ def run_schedule(
         if old_opset is not None:  # the original model too, not only the upgraded baseline
             original = _run_original(model_path, feeds, threads)
         notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
+        if schedule.memory_plan is not None and provider == "cpu":
+            arena_report = _arena_check(engine, schedule, feeds, ref.outputs, model)
     else:
         budget_limit = None
         if provider == "cuda" and schedule.budget is not None:
@@ -268,6 +273,7 @@ def run_schedule(
             measured.cpu_seconds / unscheduled.cpu_seconds - 1 if unscheduled.cpu_seconds > 0 else 0.0
         ),
         order_kept=order_kept,
+        arena=arena_report,
         notes=notes,
     )
 
@@ -339,3 +345,29 @@ def _compare(
 
 def load_schedule(path: str | Path) -> Schedule:
     return Schedule.model_validate(json.loads(Path(path).read_text()))
+
+
+def _arena_check(
+    engine: interp.Interpreter,
+    schedule: Schedule,
+    feeds: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    model: onnx.ModelProto,
+) -> dict[str, Any]:
+    """Replay inside one arena at the plan's offsets; outputs must match the unscheduled run bitwise."""
+    from remat_cli.runtime.arena import arena_replay
+
+    assert schedule.memory_plan is not None
+    a = arena_replay(engine, schedule.steps, schedule.memory_plan, feeds)
+    names = [o.name for o in model.graph.output]
+    match, diff, bad = _compare(a.outputs, dict(reference), names, exact=True)
+    return {
+        "planned_arena": a.planned_arena,
+        "measured_arena": a.measured_arena,
+        "buffers": a.buffers,
+        "copied_bytes": a.copied_bytes,
+        "outside_arena": a.outside,
+        "outputs_match": match,
+        "max_abs_diff": diff,
+        "how": "inputs: OrtValues on numpy views of one arena; outputs: copied into it at their offsets",
+    }

@@ -1,0 +1,154 @@
+"""MODeL (`--solver model`, issue 16) on the shipped ONNX training graphs.
+
+Per graph: the program order's peak of intermediate bytes, MODeL's arena (joint mode), the
+order-only fragmentation-free peak (§5.5), solve times, status and gap, the arena measured by
+replaying the planned schedule inside one numpy arena (runtime/arena.py, outputs compared
+bitwise), onnxruntime's own peak for the same order (`remat run` session mode: process
+high-water mark above the pre-run baseline, CPU arena enabled, minus resident bytes), and the
+address-engine comparison behind the solver's choice: the order fixed, CP-SAT AddNoOverlap2D
+vs. the big-M MILP (eqs. 6-8) on HiGHS, from the same greedy start.
+
+    python3 bench/model.py [--time-limit 30] [--engine-limit 20] [--only mlp unet] [--no-session]
+    python3 bench/model_nets.py /tmp/nets resnet18_b1 ...   # torchvision-style exports (torch extra)
+    python3 bench/model.py --graphs /tmp/nets/*.onnx --name model_torch --no-session
+
+Writes bench/results/model.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import onnx  # noqa: E402
+from common import write_results  # noqa: E402
+
+from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
+from remat_cli.memory_plan import arena_peak, buffers_of  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.runtime import interpret as interp  # noqa: E402
+from remat_cli.runtime import run_schedule  # noqa: E402
+from remat_cli.runtime.arena import arena_replay  # noqa: E402
+from remat_cli.runtime.model import make_inputs  # noqa: E402
+from remat_cli.schedule import baseline, baseline_steps  # noqa: E402
+from remat_cli.solver import SolveOptions  # noqa: E402
+from remat_cli.solvers.model.addresses import place  # noqa: E402
+
+#: MODeL Table/§5.5 means for reordering alone (fragmentation-free peak vs. PyTorch's order)
+PAPER_REORDER_MEAN = {"batch 1": -0.239, "batch 32": -0.117}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=30.0, help="seconds for the joint solve")
+    ap.add_argument("--engine-limit", type=float, default=20.0, help="seconds per address engine")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--alignment", type=int, default=64, help="of the MODeL plan (bitwise-equal replay needs 64)"
+    )
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--no-session", action="store_true", help="skip onnxruntime's own measurement")
+    ap.add_argument("--graphs", nargs="*", help="ONNX files instead of graphs/torch_*_train.onnx")
+    ap.add_argument("--name", default="model", help="results file bench/results/NAME.json")
+    args = ap.parse_args()
+    rows = []
+    files = (
+        [Path(f) for f in args.graphs]
+        if args.graphs
+        else sorted((ROOT / "graphs").glob("torch_*_train.onnx"))
+    )
+    for path in files:
+        key = path.stem.removeprefix("torch_").removesuffix("_train")
+        if args.only and key not in args.only:
+            continue
+        g = from_onnx_file(str(path))
+        resident = g.resident_bytes
+        program_peak = baseline(g).peak_memory - resident
+        row: dict = {"graph": path.name, "ops": len(g.needed_nodes), "program_order_peak": program_peak}
+        s, _ = run_solver(
+            g,
+            10**15,
+            "model",
+            SolveOptions(
+                time_limit=args.time_limit, workers=args.workers, params={"alignment": args.alignment}
+            ),
+        )
+        assert s is not None and s.memory_plan is not None
+        row |= {
+            "model_arena": s.memory_plan.arena,
+            "model_bound": int(s.solver.lower_bound or 0) - resident,
+            "model_status": s.solver.status,
+            "model_gap": s.solver.gap,
+            "model_seconds": s.solver.seconds,
+            "model_vs_program": s.memory_plan.arena / program_peak - 1,
+            "model_message": s.solver.message,
+        }
+        o, _ = run_solver(
+            g,
+            10**15,
+            "model",
+            SolveOptions(time_limit=args.time_limit, workers=args.workers, params={"order_only": True}),
+        )
+        assert o is not None
+        row |= {
+            "order_only_peak": o.summary.peak_memory - resident,
+            "order_only_status": o.solver.status,
+            "order_only_seconds": o.solver.seconds,
+            "order_only_vs_program": (o.summary.peak_memory - resident) / program_peak - 1,
+        }
+        # the plan measured inside one arena
+        model = onnx.load(str(path))
+        feeds = make_inputs(model, seed=0, given=None, graph=g)
+        engine = interp.Interpreter(model, g)
+        ref = interp.interpret(engine, [baseline_steps(g)], feeds, warmup=0, repeat=1)[0].outputs
+        run = arena_replay(engine, s.steps, s.memory_plan, feeds)
+        row |= {
+            "measured_arena": run.measured_arena,
+            "measured_fragmentation": run.measured_arena / (s.summary.peak_memory - resident) - 1,
+            "arena_outputs_match": all(
+                k in run.outputs and run.outputs[k].tobytes() == v.tobytes() for k, v in ref.items()
+            ),
+        }
+        if not args.no_session:
+            rep = run_schedule(path, g, s, mode="session", repeat=1, warmup=0)
+            row["ort_session_peak"] = rep.measured.peak_memory - resident
+            row["ort_vs_plan"] = row["ort_session_peak"] / s.memory_plan.arena - 1
+        # address engines, the program order fixed
+        bufs = buffers_of(g, baseline_steps(g))
+        for eng in ("cp-sat", "milp"):
+            t0 = time.monotonic()
+            _, arena, bound, proven = place(bufs, 1, args.engine_limit, args.workers, 0, eng)
+            row[f"fixed_{eng}"] = {
+                "arena": arena,
+                "bound": bound,
+                "proven": proven,
+                "seconds": round(time.monotonic() - t0, 2),
+            }
+        row["fixed_order_peak"] = arena_peak(bufs)
+        rows.append(row)
+        print(
+            f"{path.name:32s} ops {row['ops']:4d} program {program_peak:>12,} model {row['model_arena']:>12,} "
+            f"({100 * row['model_vs_program']:+.1f}%, {row['model_status']}, {row['model_seconds']:.1f}s) "
+            f"order-only {row['order_only_peak']:>12,} measured {row['measured_arena']:>12,} "
+            f"match {row['arena_outputs_match']} ort {row.get('ort_session_peak', '-')}",
+            flush=True,
+        )
+    times = [r["model_seconds"] for r in rows]
+    write_results(
+        args.name,
+        rows,
+        machine_note="loaded machine (2 cores shared by ~8 engineers)",
+        median_model_seconds=statistics.median(times) if times else None,
+        worst_model_seconds=max(times) if times else None,
+        paper_reorder_alone_mean=PAPER_REORDER_MEAN,
+    )
+
+
+if __name__ == "__main__":
+    main()

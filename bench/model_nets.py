@@ -1,0 +1,152 @@
+"""torchvision-style training graphs for bench/model.py, built from their layer definitions with
+random weights (no downloads, no torchvision): AlexNet, VGG-11, ResNet-18, MobileNet-v2 and a
+Transformer encoder, at a reduced 64x64 input so the ONNX graphs stay small; batch 1 and 32.
+
+    remat export-torch bench/model_nets.py:resnet18_b1 -o /tmp/resnet18_b1.onnx
+    python3 bench/model_nets.py OUT_DIR [names...]       # all of them
+
+Needs the optional extra (`pip install remat-cli[torch]`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BN = {"track_running_stats": False}  # training-mode BatchNorm as the exporter needs it
+
+
+def alexnet() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(256 * 3 * 3, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
+    )  # fmt: skip
+
+
+def vgg11() -> nn.Module:
+    layers: list[nn.Module] = []
+    c = 3
+    for v in (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"):
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c, int(v), 3, padding=1), nn.ReLU()]
+            c = int(v)
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512 * 2 * 2, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+class Basic(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout, **BN)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout, **BN)
+        self.down = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout, **BN))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.b2(self.c2(F.relu(self.b1(self.c1(x))))) + self.down(x))
+
+
+def resnet18() -> nn.Module:
+    blocks: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64, **BN), nn.ReLU()]
+    c = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        blocks += [Basic(c, cout, stride), Basic(cout, cout, 1)]
+        c = cout
+    return nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+
+
+class Inverted(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        h = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, h, 1, bias=False), nn.BatchNorm2d(h, **BN), nn.ReLU6(),
+            nn.Conv2d(h, h, 3, stride, 1, groups=h, bias=False), nn.BatchNorm2d(h, **BN), nn.ReLU6(),
+            nn.Conv2d(h, cout, 1, bias=False), nn.BatchNorm2d(cout, **BN),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        return x + y if self.use_res else y
+
+
+def mobilenet_v2() -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32, **BN), nn.ReLU6()]
+    c = 32
+    for t, cout, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1)):
+        for i in range(n):
+            layers.append(Inverted(c, cout, s if i == 0 else 1, t))
+            c = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab: int = 1000, d: int = 256, layers: int = 4, heads: int = 4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True) for _ in range(layers)
+        )
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.emb(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x).flatten(0, 1)
+
+
+def _images(batch: int):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(batch, 3, 64, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+def _spec(net, batch: int):
+    torch.manual_seed(0)
+    return net(), _images(batch), F.cross_entropy
+
+
+def _transformer(batch: int):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 1000, (batch, 64), generator=g)
+    return Encoder(), (x, torch.randint(0, 1000, (batch * 64,), generator=g)), F.cross_entropy
+
+
+NETS = {"alexnet": alexnet, "vgg11": vgg11, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+SPECS = {
+    **{f"{k}_b{b}": (lambda k=k, b=b: _spec(NETS[k], b)) for k in NETS for b in (1, 32)},
+    **{f"transformer_b{b}": (lambda b=b: _transformer(b)) for b in (1, 32)},
+}
+globals().update(SPECS)  # `remat export-torch bench/model_nets.py:resnet18_b1`
+
+
+def main() -> None:
+    from remat_cli.runtime.torch_export import export_training_graph
+
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, factory in SPECS.items():
+        if len(sys.argv) > 2 and name not in sys.argv[2:]:
+            continue
+        path = export_training_graph(factory(), out / f"{name}.onnx", name=name)
+        print(path, flush=True)
+
+
+if __name__ == "__main__":
+    main()

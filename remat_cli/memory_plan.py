@@ -1,0 +1,147 @@
+"""Memory plans for any schedule: the buffers a schedule allocates and a greedy placement of them.
+
+MODeL (Steiner et al., ICML 2023) §4.5 runs a graph inside one preallocated buffer B, each tensor
+at its planned offset A_e. This module makes such a plan for *any* remat schedule: every compute
+step allocates one buffer per output (a recomputed value is a new buffer) plus the node's
+workspace for that step, and a `free` step ends the value's current buffer. Resident values
+(inputs, parameters) are not in the arena. Placement: greedy by size with best fit (the offset
+heuristic of TFLite's arena planner, Pisarchyk & Lee 2020, "greedy by size"), tried with five
+orders of the buffers, the smallest arena kept. The exact placement is MODeL's address model in
+`remat_cli.solvers.model.addresses`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat_cli.graph import Graph
+from remat_cli.schedule import MemoryPlan, PlacedBuffer, Step
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One allocation: live over the step indices [start, end) of the schedule."""
+
+    value: str | None  # None for a workspace
+    node: str  # the node whose compute step allocates it
+    start: int
+    end: int
+    size: int
+
+
+def buffers_of(graph: Graph, steps: Sequence[Step]) -> list[Buffer]:
+    """Every buffer `steps` allocates, in allocation order (steps are assumed valid)."""
+    vm = graph.value_map
+    nodes = graph.node_map
+    open_: dict[str, tuple[str, int]] = {}  # value -> (node, start step)
+    out: list[Buffer] = []
+    for k, step in enumerate(steps):
+        if step.op == "compute":
+            n = nodes[step.node or ""]
+            for v in n.outputs:
+                open_[v] = (n.id, k)
+            if n.workspace:
+                out.append(Buffer(None, n.id, k, k + 1, n.workspace))
+        elif step.value in open_:
+            node, start = open_.pop(step.value)
+            out.append(Buffer(step.value, node, start, k, vm[step.value].size))
+    end = len(steps)
+    out.extend(Buffer(v, node, start, end, vm[v].size) for v, (node, start) in open_.items())
+    out.sort(key=lambda b: (b.start, b.value or ""))
+    return out
+
+
+def arena_peak(buffers: Sequence[Buffer], alignment: int = 1) -> int:
+    """Largest total (aligned) size of buffers live at one step: no placement can be smaller."""
+    if not buffers:
+        return 0
+    horizon = max(b.end for b in buffers) + 1
+    delta = np.zeros(horizon + 1, dtype=np.int64)
+    for b in buffers:
+        delta[b.start] += align(b.size, alignment)
+        delta[b.end] -= align(b.size, alignment)
+    return int(np.cumsum(delta).max())
+
+
+def align(x: int, alignment: int) -> int:
+    return -(-x // alignment) * alignment
+
+
+def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
+    """Offsets by best fit, the best of five buffer orders (size with earlier start or later
+    end first, size x lifetime, lifetime, allocation order): each wins on some shipped or
+    exported training graph (torch ResNet-18 at alignment 64: 0.13% above the peak by size
+    with later end first, 1.96% by size alone). Returns one offset per buffer, in the order given."""
+    best: list[int] | None = None
+    best_arena = -1
+    for key in (
+        lambda i: (-align(buffers[i].size, alignment), buffers[i].start),
+        lambda i: (-align(buffers[i].size, alignment), -buffers[i].end),
+        lambda i: (-align(buffers[i].size, alignment) * (buffers[i].end - buffers[i].start), i),
+        lambda i: (buffers[i].start - buffers[i].end, -buffers[i].size),
+        lambda i: (buffers[i].start, -buffers[i].size),
+    ):
+        offsets = _best_fit(buffers, sorted(range(len(buffers)), key=key), alignment)
+        arena = max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
+        if best is None or arena < best_arena:
+            best, best_arena = offsets, arena
+    return best or []
+
+
+def _best_fit(buffers: Sequence[Buffer], order: list[int], alignment: int) -> list[int]:
+    n = len(buffers)
+    start = np.array([b.start for b in buffers], dtype=np.int64)
+    end = np.array([b.end for b in buffers], dtype=np.int64)
+    size = np.array([align(b.size, alignment) for b in buffers], dtype=np.int64)
+    offset = np.full(n, -1, dtype=np.int64)
+    placed = np.zeros(n, dtype=bool)
+    for i in order:
+        if size[i] == 0:
+            offset[i] = 0
+            placed[i] = True
+            continue
+        mask = placed & (start < end[i]) & (start[i] < end) & (size > 0)
+        idx = np.nonzero(mask)[0]
+        chosen = None
+        if idx.size:
+            lo = offset[idx]
+            hi = lo + size[idx]
+            order_ = np.argsort(lo, kind="stable")
+            lo, hi = lo[order_], hi[order_]
+            reach = np.maximum.accumulate(hi)  # top of everything below each interval
+            gaps_lo = np.concatenate(([0], reach[:-1]))
+            gap = lo - gaps_lo
+            fits = np.nonzero(gap >= size[i])[0]
+            if fits.size:
+                j = fits[np.argmin(gap[fits])]  # best fit: the tightest gap
+                chosen = int(gaps_lo[j])
+            else:
+                chosen = int(reach[-1])
+        offset[i] = 0 if chosen is None else chosen
+        placed[i] = True
+    return [int(o) for o in offset]
+
+
+def make_plan(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int = 1) -> MemoryPlan:
+    """The remat-schedule `memory_plan` for `buffers` placed at `offsets`."""
+    entries = [
+        PlacedBuffer(
+            value=b.value,
+            node=None if b.value is not None else b.node,
+            step=b.start,
+            offset=int(o),
+            size=align(b.size, alignment),
+        )
+        for b, o in zip(buffers, offsets, strict=True)
+    ]
+    arena = max((e.offset + e.size for e in entries), default=0)
+    return MemoryPlan(arena=arena, alignment=alignment, offsets=entries)
+
+
+def plan_schedule(graph: Graph, steps: Sequence[Step], alignment: int = 64) -> MemoryPlan:
+    """A plan for any valid schedule, by the greedy placement."""
+    bufs = buffers_of(graph, steps)
+    return make_plan(bufs, greedy_offsets(bufs, alignment), alignment)

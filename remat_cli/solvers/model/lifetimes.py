@@ -1,0 +1,145 @@
+"""MODeL §4.1-4.2 and App. A.1: the graph as operators and tensors, and the windows of their steps.
+
+Steps s = 0..n-1 run exactly one operator each (n = number of operators some output needs), so
+an operator's position is its step; the public code's shorter horizon (several operators per
+step, their tensors all counted together) is what the notes list as its first defect. A tensor
+e is created at pos(src(e)) and preserved up to max pos over its sinks (eqs. 1-4 in one
+interval); a graph output is preserved to the last step; siblings share their creation step
+(eq. 5) because they are outputs of the same position. Resident values (inputs, parameters)
+live outside the arena and are not tensors here.
+
+App. A.1's ASAP/ALAP become, with one operator per step, the number of ancestors and of
+descendants: pos(v) >= |anc(v)| and pos(v) <= n - 1 - |desc(v)|, a tighter window than the
+longest path (eq. 10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from remat_cli.graph import Graph
+
+
+def _align(x: int, alignment: int) -> int:
+    return -(-x // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class Tensor:
+    value: str | None  # None: the workspace of `src`
+    src: int  # index of the producing operator
+    sinks: tuple[int, ...]  # consuming operators (needed ones)
+    size: int  # bytes, rounded up to the alignment
+    to_end: bool  # a graph output: preserved to the last step
+
+
+class Problem:
+    """Operators 0..n-1 in program order, their precedences and the tensors they create."""
+
+    def __init__(self, graph: Graph, alignment: int = 1):
+        self.graph = graph
+        self.alignment = alignment
+        needed = graph.needed_nodes
+        self.ops: list[str] = [n for n in graph.topo_order if n in needed]
+        self.index = {n: i for i, n in enumerate(self.ops)}
+        nm, vm = graph.node_map, graph.value_map
+        outputs = set(graph.outputs)
+        self.preds: list[set[int]] = [set() for _ in self.ops]
+        tensors: list[Tensor] = []
+        for i, n_id in enumerate(self.ops):
+            node = nm[n_id]
+            for v in node.inputs:
+                p = graph.producer.get(v)
+                if p is not None:
+                    self.preds[i].add(self.index[p])
+            for v in node.outputs:
+                sinks = tuple(sorted(self.index[c] for c in graph.consumers[v] if c in self.index))
+                tensors.append(Tensor(v, i, sinks, _align(vm[v].size, alignment), v in outputs))
+            if node.workspace:
+                tensors.append(Tensor(None, i, (), _align(node.workspace, alignment), False))
+        self.tensors = tensors
+        self.succs: list[set[int]] = [set() for _ in self.ops]
+        for i, ps in enumerate(self.preds):
+            for p in ps:
+                self.succs[p].add(i)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @cached_property
+    def ancestors(self) -> list[int]:
+        """Bitsets (python ints) of each operator's transitive fan-in."""
+        anc = [0] * len(self.ops)
+        for i in range(len(self.ops)):  # program order is topological
+            for p in self.preds[i]:
+                anc[i] |= anc[p] | (1 << p)
+        return anc
+
+    @cached_property
+    def descendants(self) -> list[int]:
+        desc = [0] * len(self.ops)
+        for i in reversed(range(len(self.ops))):
+            for s in self.succs[i]:
+                desc[i] |= desc[s] | (1 << s)
+        return desc
+
+    @cached_property
+    def window(self) -> list[tuple[int, int]]:
+        """[earliest, latest] position of every operator (App. A.1 with one operator per step)."""
+        n = len(self.ops)
+        return [
+            (a.bit_count(), n - 1 - d.bit_count())
+            for a, d in zip(self.ancestors, self.descendants, strict=True)
+        ]
+
+    @cached_property
+    def forced_peak(self) -> int:
+        """A lower bound on the peak of every order (eq. 12's forced preservation): when v runs,
+        each tensor created by v or an ancestor of v and read by v or a descendant of v (or
+        kept to the end) is resident, whatever the order."""
+        n = len(self.ops)
+        if n == 0:
+            return 0
+        nbytes = (n + 7) // 8
+        total = np.zeros(n, dtype=np.int64)
+        up = [a | (1 << i) for i, a in enumerate(self.ancestors)]  # v and its fan-in
+        for t in self.tensors:
+            after = self.descendants[t.src] | (1 << t.src)
+            if t.to_end:
+                mask = after
+            else:
+                reach = 0
+                for s in t.sinks:
+                    reach |= up[s]
+                mask = after & (reach or (1 << t.src))
+            bits = np.unpackbits(
+                np.frombuffer(mask.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little"
+            )
+            total += bits[:n].astype(np.int64) * t.size
+        return int(total.max())
+
+    def lifetime(self, t: Tensor, pos: list[int]) -> tuple[int, int]:
+        """[first, last] step at which tensor `t` is resident under the order `pos`."""
+        start = pos[t.src]
+        if t.to_end:
+            return start, len(self.ops) - 1
+        return start, max([start, *(pos[s] for s in t.sinks)])
+
+    def peak(self, order: list[int]) -> int:
+        """Largest sum of resident tensor sizes at one step (fragmentation-free), for `order`."""
+        pos = [0] * len(order)
+        for s, i in enumerate(order):
+            pos[i] = s
+        delta = [0] * (len(order) + 1)
+        for t in self.tensors:
+            a, b = self.lifetime(t, pos)
+            delta[a] += t.size
+            delta[b + 1] -= t.size
+        best = cur = 0
+        for d in delta:
+            cur += d
+            best = max(best, cur)
+        return best

@@ -1,0 +1,171 @@
+"""MODeL §4.2 and §5.5: the operator order alone, minimising the fragmentation-free peak.
+
+Eqs. (1)-(5) with one operator per step say: the positions form a permutation that respects the
+edges, and each tensor is resident over [pos(src), max pos(sinks)]. In CP-SAT that is one
+integer `pos` per operator (AllDifferent, pos(u) < pos(v) on every edge, App. A.1's window as
+its domain) and one interval per tensor whose end is the max over its sinks; the resident bytes
+at every step are one `AddCumulative` whose capacity is the peak being minimised. The best
+bound CP-SAT proves is a lower bound for the arena of any order (§5.5: "reordering alone").
+
+The same variables are the time axis of the joint model (`joint.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from remat_cli.solvers.model.lifetimes import Problem
+
+
+@dataclass
+class OrderVars:
+    pos: list[cp_model.IntVar]
+    #: per tensor of problem.tensors (None for zero-size ones): time interval, its start and end
+    intervals: list[cp_model.IntervalVar | None]
+
+
+def order_vars(m: cp_model.CpModel, p: Problem) -> OrderVars:
+    """Positions, precedences and tensor lifetimes (eqs. 1-5, 10-12)."""
+    n = len(p)
+    pos = [m.new_int_var(lo, hi, f"pos{i}") for i, (lo, hi) in enumerate(p.window)]
+    m.add_all_different(pos)
+    for i, ps in enumerate(p.preds):
+        for q in ps:
+            m.add(pos[q] < pos[i])
+    intervals: list[cp_model.IntervalVar | None] = []
+    for k, t in enumerate(p.tensors):
+        if t.size == 0:
+            intervals.append(None)
+            continue
+        start = pos[t.src]
+        lo, hi = p.window[t.src]
+        if t.to_end:
+            end = m.new_constant(n)
+        elif not t.sinks:
+            end = start + 1
+        else:
+            sink_hi = max(p.window[s][1] for s in t.sinks)
+            sink_lo = max(p.window[s][0] for s in t.sinks)
+            last = m.new_int_var(max(lo, sink_lo), sink_hi, f"last{k}")
+            m.add_max_equality(last, [pos[s] for s in t.sinks])
+            end = last + 1
+        size = m.new_int_var(1, n - lo, f"life{k}")
+        intervals.append(m.new_interval_var(start, size, end, f"t{k}"))
+    return OrderVars(pos, intervals)
+
+
+def greedy_order(p: Problem) -> list[int]:
+    """A memory-aware list schedule: of the ready operators, run the one whose step adds the
+    fewest bytes net (its outputs minus the inputs it is the last reader of); ties go to
+    program order. A warm start for the exact model, not part of the paper."""
+    n = len(p)
+    left = [len(ps) for ps in p.preds]
+    readers: dict[int, int] = {}  # tensor index -> sinks not yet run
+    of_op: list[list[int]] = [[] for _ in range(n)]  # tensors each op reads
+    made: list[list[int]] = [[] for _ in range(n)]
+    for k, t in enumerate(p.tensors):
+        made[t.src].append(k)
+        readers[k] = len(t.sinks)
+        for s in t.sinks:
+            of_op[s].append(k)
+    ready = {i for i in range(n) if left[i] == 0}
+    order: list[int] = []
+    while ready:
+
+        def net(i: int) -> tuple[int, int]:
+            out = sum(p.tensors[k].size for k in made[i])
+            freed = sum(p.tensors[k].size for k in of_op[i] if readers[k] == 1 and not p.tensors[k].to_end)
+            return out - freed, i
+
+        i = min(ready, key=net)
+        ready.remove(i)
+        order.append(i)
+        for k in of_op[i]:
+            readers[k] -= 1
+        for s in p.succs[i]:
+            left[s] -= 1
+            if left[s] == 0:
+                ready.add(s)
+    return order
+
+
+def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
+    """Hill climbing on the fragmentation-free peak: move one operator as late as its first
+    successor allows (it allocates more than it frees) or as early as its last predecessor
+    allows, keep the move when the peak drops; sweeps until none helps or `deadline`
+    (time.monotonic()). A warm start for the exact model, not part of the paper."""
+    import time
+
+    best = p.peak(order)
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        for i in range(len(order)):
+            if time.monotonic() >= deadline:
+                break
+            pos = {v: k for k, v in enumerate(order)}
+            k = pos[i]
+            lo = max((pos[q] for q in p.preds[i]), default=-1) + 1
+            hi = min((pos[s] for s in p.succs[i]), default=len(order)) - 1
+            for target in (hi, lo):
+                if target == k:
+                    continue
+                trial = order[:k] + order[k + 1 :]
+                trial.insert(target, i)
+                peak = p.peak(trial)
+                if peak < best:
+                    order, best, improved = trial, peak, True
+                    break
+    return order
+
+
+def hint_order(m: cp_model.CpModel, v: OrderVars, order: list[int]) -> None:
+    for s, i in enumerate(order):
+        m.add_hint(v.pos[i], s)
+
+
+def decode(solver: cp_model.CpSolver, v: OrderVars) -> list[int]:
+    """§4.5, Function 1: operators sorted by their step."""
+    return sorted(range(len(v.pos)), key=lambda i: solver.value(v.pos[i]))
+
+
+@dataclass
+class OrderResult:
+    order: list[int]
+    peak: int
+    bound: int
+    optimal: bool
+
+
+def solve_order(
+    p: Problem, start: list[int], time_limit: float, workers: int, seed: int, floor: int = 0
+) -> OrderResult:
+    """Minimise the fragmentation-free peak over all orders, warm-started from `start`.
+
+    `floor` is a known lower bound (e.g. the largest working set) that seeds the peak's domain.
+    """
+    start_peak = p.peak(start)
+    if start_peak <= floor or len(p) <= 1:
+        return OrderResult(start, start_peak, start_peak, True)
+    m = cp_model.CpModel()
+    v = order_vars(m, p)
+    peak = m.new_int_var(floor, start_peak, "peak")
+    live = [(iv, t.size) for iv, t in zip(v.intervals, p.tensors, strict=True) if iv is not None]
+    m.add_cumulative([iv for iv, _ in live], [s for _, s in live], peak)
+    m.minimize(peak)
+    hint_order(m, v, start)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = seed
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return OrderResult(start, start_peak, floor, False)
+    order = decode(solver, v)
+    got = p.peak(order)
+    bound = int(solver.best_objective_bound)
+    if got > start_peak:  # cannot happen (the peak's domain ends at start_peak); keep the start
+        order, got = start, start_peak
+    return OrderResult(order, got, min(max(bound, floor), got), got <= bound)

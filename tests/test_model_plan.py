@@ -1,0 +1,135 @@
+"""Memory plans: the independent checker rejects hand-made bad plans; `remat plan` plans any
+schedule (recomputations included); `remat validate` checks the plan and reports fragmentation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from model_graphs import fan
+
+from remat_cli import generators
+from remat_cli.cli import main
+from remat_cli.graph import Graph, Node, Value
+from remat_cli.memory_plan import buffers_of, plan_schedule
+from remat_cli.plan_check import PlanError, check_plan
+from remat_cli.schedule import MemoryPlan, PlacedBuffer, baseline_steps, compute, free
+
+
+def chain() -> Graph:
+    """a -> b -> c: a and b live together at b's step, b and c at c's step; a and c never."""
+    return Graph(
+        values=[Value(id="a", size=10), Value(id="b", size=20), Value(id="c", size=10)],
+        nodes=[
+            Node(id="A", outputs=["a"]),
+            Node(id="B", inputs=["a"], outputs=["b"]),
+            Node(id="C", inputs=["b"], outputs=["c"]),
+        ],
+        outputs=["c"],
+    )
+
+
+STEPS = [compute("A"), compute("B"), free("a"), compute("C"), free("b")]
+
+
+def plan(a: int, b: int, c: int, arena: int = 30, alignment: int = 1) -> MemoryPlan:
+    return MemoryPlan(
+        arena=arena,
+        alignment=alignment,
+        offsets=[
+            PlacedBuffer(value="a", step=0, offset=a, size=10),
+            PlacedBuffer(value="b", step=1, offset=b, size=20),
+            PlacedBuffer(value="c", step=3, offset=c, size=10),
+        ],
+    )
+
+
+def test_a_tight_plan_is_accepted_with_zero_fragmentation() -> None:
+    r = check_plan(chain(), STEPS, plan(0, 10, 0))  # c reuses a's bytes: they are never live together
+    assert r.arena == 30 and r.peak == 30 and r.fragmentation == 0.0
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (plan(0, 5, 0), "overlaps live 'a'"),  # b on a's bytes while a is read
+        (plan(0, 10, 5), "overlaps live 'b'"),  # c on the head of b, which it reads
+        (plan(0, 10, 25, arena=40), "overlaps live 'b'"),
+        (plan(0, 10, 0, arena=29), "outside the arena"),
+        (plan(0, 10, 0, arena=40, alignment=4), "alignment"),  # 10 is not a multiple of 4
+    ],
+)
+def test_hand_made_bad_plans_are_rejected(bad: MemoryPlan, words: str) -> None:
+    with pytest.raises(PlanError, match=words):
+        check_plan(chain(), STEPS, bad)
+
+
+def test_missing_short_or_extra_buffers_are_rejected() -> None:
+    p = plan(0, 10, 0)
+    with pytest.raises(PlanError, match="no offset for 'c'"):
+        check_plan(chain(), STEPS, p.model_copy(update={"offsets": p.offsets[:2]}))
+    short = [*p.offsets[:2], PlacedBuffer(value="c", step=3, offset=0, size=5)]
+    with pytest.raises(PlanError, match="needs 10 B"):
+        check_plan(chain(), STEPS, p.model_copy(update={"offsets": short}))
+    extra = [*p.offsets, PlacedBuffer(value="a", step=4, offset=0, size=10)]
+    with pytest.raises(PlanError, match="does not produce it"):
+        check_plan(chain(), STEPS, p.model_copy(update={"offsets": extra}))
+
+
+def test_recomputed_values_are_separate_buffers() -> None:
+    g = chain()
+    steps = [compute("A"), compute("B"), free("a"), free("b"), compute("A")]
+    steps += [compute("B"), free("a"), compute("C"), free("b")]
+    p = plan_schedule(g, steps, alignment=1)
+    assert sorted((b.value, b.step) for b in p.offsets) == [("a", 0), ("a", 4), ("b", 1), ("b", 5), ("c", 7)]
+    check_plan(g, steps, p)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_plans_pass_the_checker_and_never_beat_the_peak(seed: int) -> None:
+    g = generators.random_layered(40, seed=seed)
+    steps = baseline_steps(g)
+    for alignment in (1, 64):
+        p = plan_schedule(g, steps, alignment)
+        r = check_plan(g, steps, p)
+        assert r.fragmentation >= 0.0
+        assert len(p.offsets) == len(buffers_of(g, steps))
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_cli_plan_then_validate_reports_fragmentation(tmp_path: Path) -> None:
+    g = generators.linear(6, seed=1)
+    gp = _write(tmp_path / "g.json", g.to_json())
+    r = CliRunner().invoke(
+        main, ["solve", gp, "-b", "70%", "-s", "checkmate", "-q", "-o", str(tmp_path / "s.json")]
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["plan", gp, str(tmp_path / "s.json"), "-o", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
+    planned = json.loads((tmp_path / "p.json").read_text())
+    assert planned["memory_plan"]["alignment"] == 64
+    r = CliRunner().invoke(main, ["validate", gp, str(tmp_path / "p.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout[r.stdout.index("{") :])
+    assert report["memory_plan"]["valid"] and report["memory_plan"]["fragmentation"] >= 0
+    # a broken plan: every buffer at offset 0 -> validate fails with exit 1
+    for b in planned["memory_plan"]["offsets"]:
+        b["offset"] = 0
+    bad = _write(tmp_path / "bad.json", json.dumps(planned))
+    r = CliRunner().invoke(main, ["validate", gp, bad])
+    assert r.exit_code == 1 and "invalid memory plan" in r.output
+
+
+def test_cli_solve_model_exit_codes(tmp_path: Path) -> None:
+    gp = _write(tmp_path / "fan.json", fan(4).to_json())
+    r = CliRunner().invoke(main, ["solve", gp, "-b", "104", "-s", "model", "-q", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["memory_plan"]["arena"] == 104
+    r = CliRunner().invoke(main, ["solve", gp, "-b", "103", "-s", "model", "-q", "--workers", "1"])
+    assert r.exit_code == 1 and "104" in r.output

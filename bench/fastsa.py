@@ -36,8 +36,8 @@ from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
 from remat_cli.solve import run_solver  # noqa: E402
 from remat_cli.solvers import fastsa as F  # noqa: E402
-from remat_cli.solvers import fastsa_kernel as K  # noqa: E402
 from remat_cli.solvers.base import SolveOptions  # noqa: E402
+from remat_cli.solvers.fastsa import kernel as K  # noqa: E402
 
 #: FastSA columns of Table 1: budget % -> (cost increase %, memory % of baseline, seconds);
 #: the RL n500 70% memory is in parentheses in the paper (budget missed)

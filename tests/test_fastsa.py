@@ -14,8 +14,8 @@ from remat_cli.graph import Graph
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solve import run_solver
 from remat_cli.solvers import fastsa as F
-from remat_cli.solvers import fastsa_kernel as K
 from remat_cli.solvers.base import SolveOptions
+from remat_cli.solvers.fastsa import kernel as K
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -223,3 +223,30 @@ def test_polish_removes_only_redundant_copies() -> None:
     assert sorted(s.order().tolist()) == list(range(prob.size))
     sim = simulate(g, steps_from_sequence(g, [nv.ids[j] for j in s.order()]))
     assert sim.recomputations == 0 and sim.peak_memory == s.peak + nv.resident
+
+
+@pytest.mark.parametrize("graph_name", ["unet", "transformer"])
+def test_tight_budget_rescue_starts_stage_two_within_budget(graph_name: str) -> None:
+    """Issue 18: when the first stage ends above the budget (here it runs no iterations at all),
+    the second stage starts from greedy's schedule within budget and only improves on it."""
+    g = GRAPHS[graph_name]
+    budget = int(0.6 * baseline(g).peak_memory)
+    gsched, _ = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
+    assert gsched is not None
+    params = {"iterations": 0, "iterations2": 100_000}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None and "greedy's schedule" in (res.message or "")
+    sim = simulate(g, sched.steps)
+    assert sim.peak_memory <= budget
+    assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9
+
+
+def test_tight_budget_rescue_prefers_the_hint() -> None:
+    g = GRAPHS["transformer"]
+    budget = int(0.6 * baseline(g).peak_memory)
+    hint, _ = run_solver(g, budget, "chen-greedy", SolveOptions(seed=0, workers=1))
+    assert hint is not None and simulate(g, hint.steps).peak_memory <= budget
+    opts = SolveOptions(seed=0, workers=1, hint=hint.steps, params={"iterations": 0, "iterations2": 50_000})
+    sched, res = run_solver(g, budget, "fastsa", opts)
+    assert sched is not None and "given hint" in (res.message or "")
+    assert simulate(g, sched.steps).peak_memory <= budget

@@ -33,7 +33,13 @@ from remat_cli.solvers.hilp import (
     sequential_x,
     trivial,
 )
-from remat_cli.solvers.hpartition import LevelGraph, h_partition, is_acyclic_quotient, is_convex, quotient
+from remat_cli.solvers.hilp.hpartition import (
+    LevelGraph,
+    h_partition,
+    is_acyclic_quotient,
+    is_convex,
+    quotient,
+)
 
 
 @st.composite
@@ -231,6 +237,23 @@ def test_onnx_training_graph_gets_a_schedule() -> None:
     sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=20, seed=0, workers=1))
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
+
+
+@pytest.mark.parametrize("fallback", ["auto", "none"])
+def test_fallback_none_measures_the_h_ilp_alone(fallback: str) -> None:
+    """Issue 18: --fallback none runs no whole-graph solver (the message says so and names no
+    other method); with fallbacks on, the message names the method whose schedule is returned."""
+    g = G.transformer(layers=2, seed=1)
+    budget = int(0.6 * baseline(g).peak_memory)
+    params = {"fallback": fallback}
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=10, seed=0, workers=1, params=params))
+    msg = res.message or ""
+    if fallback == "none":
+        assert "fallbacks off" in msg and "whole graph" not in msg
+    else:
+        assert "used: " in msg and "fallbacks off" not in msg
+    if sched is not None:
+        assert simulate(g, sched.steps).peak_memory <= budget
 
 
 def test_deterministic_when_ilps_hit_their_limits() -> None:

@@ -21,8 +21,8 @@ BUILTIN: dict[str, str] = {
     "checkmate": "remat_cli.solvers.checkmate:Checkmate",
     "checkmate-lp": "remat_cli.solvers.checkmate_lp:CheckmateLP",
     "moccasin": "remat_cli.solvers.moccasin:Moccasin",
-    "fastsa": "remat_cli.solvers.fastsa:FastSA",
-    "hilp": "remat_cli.solvers.hilp:HILP",
+    "fastsa": "remat_cli.solvers.fastsa.solver:FastSA",
+    "hilp": "remat_cli.solvers.hilp.solver:HILP",
 }
 
 ENTRY_POINT_GROUP = "remat.solvers"

@@ -48,9 +48,12 @@ How the pieces fit:
   compute nodes) is solved after the top, with half the top's nominal time (the overall
   deadline still holds), and the cheaper schedule counts.
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
-  (``FALLBACK``: greedy, then fastsa with the 15% of the time limit kept for them) and the
-  cheapest schedule within budget is used: "infeasible" is only reported when none of them
-  finds one; the message says which produced the result.
+  (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
+  process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one
+  (deterministic) after them with the 15% of the limit kept for them, fastsa then hinted with
+  the cheapest schedule so far. The cheapest schedule within budget is used: "infeasible" is
+  only reported when none of them finds one; the message says which produced the result.
+  ``--fallback none`` turns them off, to measure the H-ILP's own schedule.
 - **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
   deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
   dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).

@@ -151,6 +151,37 @@ def sweep(limit: float) -> None:
     print(f"wrote {write_results('hilp_params', rows, time_limit=limit)}")
 
 
+def table() -> None:
+    """The issue-18 table: each row's columns, the Checkmate ones (re)filled from limits.json
+    (measured separately by bench/limits.py); best known = the least overhead of any schedule."""
+    path = ROOT / "bench" / "results" / "hilp.json"
+    record = json.loads(path.read_text())
+    limits = _limits()
+    keys = ("best_bound", "checkmate", "greedy", "fastsa", "hilp_own", "returned", "seconds")
+    print(f"{'graph':24s} {'budget':>6s} " + " ".join(f"{k:>10s}" for k in keys) + f" {'best known':>10s}")
+    for row in record["rows"]:
+        cols = row.get("columns")
+        if cols is None:
+            continue
+        lim = limits.get((row["graph"], row["fraction"]), {})
+        cols["best_bound"] = lim.get("best_bound")
+        cols["checkmate"] = lim.get("checkmate_overhead")
+        known = [
+            cols[k] for k in ("checkmate", "greedy", "fastsa", "hilp_own", "returned") if cols[k] is not None
+        ]
+        cols["best_known"] = min(known) if known else None
+
+        def fmt(v: object) -> str:
+            return "-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+        print(
+            f"{row['graph']:24s} {row['fraction']:6.0%} "
+            + " ".join(f"{fmt(cols[k]):>10s}" for k in keys)
+            + f" {fmt(cols['best_known']):>10s}"
+        )
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated graph names")
@@ -166,7 +197,15 @@ def main() -> None:
     ap.add_argument(
         "--sweep", type=float, default=0, help="instead: the parameter sweep, with this time limit"
     )
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="instead: fill the issue-18 columns from limits.json and print them",
+    )
     args = ap.parse_args()
+    if args.table:
+        table()
+        return
     if args.sweep:
         sweep(args.sweep)
         return

@@ -296,6 +296,33 @@ def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
         assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
 
 
+def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
+    """Issue 18's lever: greedy's whole-graph schedule gives each top layer one more option (its
+    forward once, then what greedy computes of it up to its last backward operator); preferred,
+    the sequential start still satisfies every H-ILP row and decodes to one item per phase."""
+    g = G.transformer(layers=2, seed=0)
+    base = baseline(g)
+    budget = int(0.6 * base.peak_memory)
+    params = HILP().defaults() | {"flat_start": "greedy", "max_top": 8}
+    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
+    ctx = Ctx(g, True)
+    top = s.hierarchy(ctx)
+    before = [len(u.options) for u in top]
+    prefer = s.flat_options(ctx, top)
+    assert prefer is not None and s.flat_seq
+    for u, n, o in zip(top, before, prefer, strict=True):
+        if o is None:
+            continue
+        opt = u.options[o]
+        assert opt.fwd == u.fwd and set(u.bwd) <= set(opt.bwd) and set(opt.bwd) <= u.owned
+        assert len(u.options) in (n, n + 1)
+    inst = build_instance(ctx, top, with_loss=False)
+    model, R = hilp_model(inst, 10 * base.peak_memory, corrections=True)
+    hint = sequential_hint(inst, model, prefer)
+    assert hint is not None and model.violation(hint) <= 1e-6
+    assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
+
+
 def test_refined_top_splits_backward_blocks() -> None:
     """On an ONNX training graph the pairing from the dataflow makes backward blocks that hold
     their outputs together: the sequential top schedule peaks above the graph's own order.

@@ -60,6 +60,7 @@ def solve_instance(
     kept_budget: int | None = None,
     gap: float = 1e-4,
     deadline: float | None = None,
+    prefer: list[int | None] | None = None,
 ) -> tuple[list[tuple[int, int]] | None, str]:
     """Solve one H-ILP. With ``deterministic`` (one worker and a seed) the engine stops on work
     done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
@@ -68,7 +69,7 @@ def solve_instance(
     overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
     a run found is dropped (the status says so), so that only work-limited results count."""
     model, R = hilp_model(inst, budget, corrections, kept_budget)
-    hint = sequential_hint(inst, model)
+    hint = sequential_hint(inst, model, prefer)
     if hint is None:
         hint = recompute_hint(inst, model, budget)
     engine_options: dict[str, dict[str, Any]] = {}

@@ -168,6 +168,33 @@ def measure(ctx: Ctx, owned: frozenset[str], fwd: Sequence[str], bwd: Sequence[s
     )
 
 
+def flat_option(ctx: Ctx, unit: Unit, seq: Sequence[str]) -> Opt | None:
+    """The option a whole-graph schedule (its compute sequence `seq`, e.g. greedy's) gives a
+    layer unit (issue 18: a flat schedule translated into the top H-ILP's start): its forward
+    operators once, in order, then every computation of its operators from the end of its
+    forward pass to its last backward operator -- the recomputations the flat schedule makes
+    for this layer's backward. None for plain units or when `seq` misses an operator."""
+    if not unit.layer or not unit.bwd:
+        return None
+    owned = unit.owned
+    fwd = set(unit.fwd)
+    bwd = set(unit.bwd)
+    first: dict[str, int] = {}
+    last_b = -1
+    for i, n in enumerate(seq):
+        if n in fwd:
+            first.setdefault(n, i)
+        elif n in bwd:
+            last_b = i
+    if len(first) < len(fwd) or last_b < 0:
+        return None
+    end_f = max(first.values())
+    b = tuple(n for n in seq[end_f + 1 : last_b + 1] if n in owned)
+    if not bwd <= set(b):
+        return None
+    return measure(ctx, owned, unit.fwd, b)
+
+
 def atomic(ctx: Ctx, n: str) -> Unit:
     u = Unit(fwd=(n,), bwd=(), layer=False)
     u.options = [measure(ctx, u.owned, (n,), ())]

@@ -4,7 +4,7 @@ recomputing one (Gusak et al., *HiREmate*, App. B.2; our addition for HiGHS incu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -42,7 +42,9 @@ def sequential_x(inst: Instance, model: LinearModel, choice: Sequence[int]) -> n
 HINT_CHECKS = 4000
 
 
-def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
+def sequential_hint(
+    inst: Instance, model: LinearModel, prefer: Sequence[int | None] | None = None
+) -> np.ndarray | None:
     """A feasible starting solution for the H-ILP: the sequential schedule (every compute node
     once, in order) with one option per unit, chosen greedily. It starts from the options
     keeping the least between forward and backward (the phantom minimum of App. B.1.1) or
@@ -50,7 +52,11 @@ def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
     time while the H-ILP's own memory rows still hold. The engine starts from it (HiGHS:
     setSolution), so a top H-ILP cut short by its limits still returns a schedule built from
     the options -- and improves it by recomputing (dropping and recomputing data nodes)
-    where that pays. None when no sequential choice fits."""
+    where that pays. None when no sequential choice fits.
+
+    ``prefer`` (per unit, an option index or None) is tried as a start of its own: the options
+    a whole-graph schedule gives the units (:func:`remat_cli.solvers.hilp.units.flat_option`),
+    the other units at their phantom minimum; the start with the lower objective is returned."""
     A = model.matrix()
     lo = model.row_lb - 1e-6
     hi = model.row_ub + 1e-6
@@ -71,17 +77,36 @@ def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
         lambda o: (o.phantom, o.peak, o.time),  # the phantom minimum
         lambda o: (o.peak, o.phantom, o.time),
     )
-    cur: list[int] | None = None
-    x: np.ndarray | None = None
-    for key in keys:
-        cu = [min(range(len(u.options)), key=lambda i, u=u: key(u.options[i])) for u in units]
+    starts: list[list[int]] = [
+        [min(range(len(u.options)), key=lambda i, u=u: key(u.options[i])) for u in units] for key in keys
+    ]
+    if prefer is not None:
+        starts.insert(0, [o if o is not None else starts[0][ui] for ui, o in enumerate(prefer)])
+    best: np.ndarray | None = None
+    for cu in starts:
         x = fits(cu)
-        if x is not None:
-            cur = cu
-            break
-    if cur is None:
-        return None
-    while checks < HINT_CHECKS:
+        if x is None:
+            continue
+        x = _improve(inst, model, cu, x, fits, lambda: checks)
+        if best is None or model.objective(x) < model.objective(best) - 1e-9:
+            best = x
+        if prefer is None or cu is not starts[0]:
+            break  # the phantom-minimum or smallest-peak start: the first that fits
+    return best
+
+
+def _improve(
+    inst: Instance,
+    model: LinearModel,
+    cur: list[int],
+    x: np.ndarray,
+    fits: Callable[[list[int]], np.ndarray | None],
+    checks: Callable[[], int],
+) -> np.ndarray:
+    """Switch, again and again, the unit whose faster option saves the most time while the
+    H-ILP's memory rows still hold (see :func:`sequential_hint`)."""
+    units = inst.units
+    while checks() < HINT_CHECKS:
         moves = sorted(
             (
                 (units[ui].options[cur[ui]].time - o.time, ui, oi)
@@ -92,7 +117,7 @@ def sequential_hint(inst: Instance, model: LinearModel) -> np.ndarray | None:
             key=lambda e: (-e[0], e[1], e[2]),
         )
         for _, ui, oi in moves:
-            if checks >= HINT_CHECKS:
+            if checks() >= HINT_CHECKS:
                 break
             cand = cur.copy()
             cand[ui] = oi

@@ -166,6 +166,10 @@ def table() -> None:
         lim = limits.get((row["graph"], row["fraction"]), {})
         cols["best_bound"] = lim.get("best_bound")
         cols["checkmate"] = lim.get("checkmate_overhead")
+        # only schedules within budget count (an "infeasible" result reports its lowest peak's)
+        for k, run in [*row.get("compare", {}).items(), ("hilp_own", row.get("hilp_own"))]:
+            if isinstance(run, dict):
+                cols[k] = run["overhead"] if run["status"] in ("feasible", "optimal") else None
         known = [
             cols[k] for k in ("checkmate", "greedy", "fastsa", "hilp_own", "returned") if cols[k] is not None
         ]
@@ -269,7 +273,11 @@ def main() -> None:
             # the issue-18 columns: graph, budget, best bound, checkmate, greedy, fastsa, H-ILP own,
             # returned, seconds (None: no schedule within budget)
             lim = limits.get((name, frac), {})
-            cmp_ = row.get("compare", {})
+            cmp_ = {
+                k: v
+                for k, v in row.get("compare", {}).items()  # type: ignore[union-attr]
+                if v["status"] in ("feasible", "optimal")
+            }
             row["columns"] = {
                 "best_bound": lim.get("best_bound"),
                 "checkmate": lim.get("checkmate_overhead"),

@@ -250,3 +250,18 @@ def test_tight_budget_rescue_prefers_the_hint() -> None:
     sched, res = run_solver(g, budget, "fastsa", opts)
     assert sched is not None and "given hint" in (res.message or "")
     assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_greedy_start_never_ends_above_greedy() -> None:
+    """With greedy_start the second stage starts from greedy's schedule when it is cheaper than
+    the first stage's best, so a short run never returns more recomputation than greedy."""
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.7 * baseline(g).peak_memory)
+    gsched, _ = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
+    assert gsched is not None and simulate(g, gsched.steps).peak_memory <= budget
+    params = {"iterations": 20_000, "iterations2": 20_000}
+    sched, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None
+    sim = simulate(g, sched.steps)
+    assert sim.peak_memory <= budget
+    assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9

@@ -37,7 +37,7 @@ from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers import fastsa as F  # noqa: E402
-from remat_cli.solvers import fastsa_kernel as K  # noqa: E402
+from remat_cli.solvers.fastsa import kernel as K  # noqa: E402
 
 #: FastSA columns of Table 1: budget % -> (cost increase %, memory % of baseline, seconds);
 #: the RL n500 70% memory is in parentheses in the paper (budget missed)

@@ -93,6 +93,14 @@ def reference(g: Graph, budget: int, limit: float) -> dict[str, object]:
     }
 
 
+def _limits() -> dict[tuple[str, float], dict[str, object]]:
+    """bench/results/limits.json by (graph, fraction): the Checkmate optimum or bound."""
+    path = ROOT / "bench" / "results" / "limits.json"
+    if not path.exists():
+        return {}
+    return {(r["graph"], r["fraction"]): r for r in json.loads(path.read_text())["rows"]}
+
+
 def _used(message: str) -> str:
     m = re.search(r"used: ([\w-]+)", message)
     return m.group(1) if m else "?"
@@ -143,6 +151,41 @@ def sweep(limit: float) -> None:
     print(f"wrote {write_results('hilp_params', rows, time_limit=limit)}")
 
 
+def table() -> None:
+    """The issue-18 table: each row's columns, the Checkmate ones (re)filled from limits.json
+    (measured separately by bench/limits.py); best known = the least overhead of any schedule."""
+    path = ROOT / "bench" / "results" / "hilp.json"
+    record = json.loads(path.read_text())
+    limits = _limits()
+    keys = ("best_bound", "checkmate", "greedy", "fastsa", "hilp_own", "returned", "seconds")
+    print(f"{'graph':24s} {'budget':>6s} " + " ".join(f"{k:>10s}" for k in keys) + f" {'best known':>10s}")
+    for row in record["rows"]:
+        cols = row.get("columns")
+        if cols is None:
+            continue
+        lim = limits.get((row["graph"], row["fraction"]), {})
+        cols["best_bound"] = lim.get("best_bound")
+        cols["checkmate"] = lim.get("checkmate_overhead")
+        # only schedules within budget count (an "infeasible" result reports its lowest peak's)
+        for k, run in [*row.get("compare", {}).items(), ("hilp_own", row.get("hilp_own"))]:
+            if isinstance(run, dict):
+                cols[k] = run["overhead"] if run["status"] in ("feasible", "optimal") else None
+        known = [
+            cols[k] for k in ("checkmate", "greedy", "fastsa", "hilp_own", "returned") if cols[k] is not None
+        ]
+        cols["best_known"] = min(known) if known else None
+
+        def fmt(v: object) -> str:
+            return "-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+        print(
+            f"{row['graph']:24s} {row['fraction']:6.0%} "
+            + " ".join(f"{fmt(cols[k]):>10s}" for k in keys)
+            + f" {fmt(cols['best_known']):>10s}"
+        )
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated graph names")
@@ -151,10 +194,22 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--compare", default="", help="other solvers to run on the same rows, e.g. greedy,fastsa")
     ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
+    ap.add_argument("--limit", type=float, default=0, help="time limit per solve (default: per graph)")
+    ap.add_argument(
+        "--own", action="store_true", help="also run --fallback none: the H-ILP's own schedule, same limit"
+    )
     ap.add_argument(
         "--sweep", type=float, default=0, help="instead: the parameter sweep, with this time limit"
     )
+    ap.add_argument(
+        "--table",
+        action="store_true",
+        help="instead: fill the issue-18 columns from limits.json and print them",
+    )
     args = ap.parse_args()
+    if args.table:
+        table()
+        return
     if args.sweep:
         sweep(args.sweep)
         return
@@ -163,9 +218,11 @@ def main() -> None:
     compare = [s for s in args.compare.split(",") if s]
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = []
+    limits = _limits()
     for name, (g, limit) in graphs().items():
         if only and name not in only:
             continue
+        limit = args.limit or limit
         base = baseline(g)
         for frac in fractions:
             budget = int(frac * base.peak_memory)
@@ -202,6 +259,36 @@ def main() -> None:
                     if osched is None
                     else round(osched.summary.peak_memory / base.peak_memory, 5),
                 }
+            if args.own:
+                t1 = time.monotonic()
+                own_params = {"jobs": args.jobs, "fallback": "none"}
+                osched, ores = run_solver(
+                    g, budget, "hilp", SolveOptions(time_limit=limit, seed=0, params=own_params)
+                )
+                row["hilp_own"] = {
+                    "seconds": round(time.monotonic() - t1, 2),
+                    "status": ores.status,
+                    "overhead": None if osched is None else round(osched.summary.overhead, 5),
+                }
+            # the issue-18 columns: graph, budget, best bound, checkmate, greedy, fastsa, H-ILP own,
+            # returned, seconds (None: no schedule within budget)
+            lim = limits.get((name, frac), {})
+            cmp_ = {
+                k: v
+                for k, v in row.get("compare", {}).items()  # type: ignore[union-attr]
+                if v["status"] in ("feasible", "optimal")
+            }
+            row["columns"] = {
+                "best_bound": lim.get("best_bound"),
+                "checkmate": lim.get("checkmate_overhead"),
+                "greedy": cmp_.get("greedy", {}).get("overhead"),  # type: ignore[union-attr]
+                "fastsa": cmp_.get("fastsa", {}).get("overhead"),  # type: ignore[union-attr]
+                "hilp_own": row.get("hilp_own", {}).get("overhead")  # type: ignore[union-attr]
+                if args.own
+                else row["hilp_overhead"],
+                "returned": row["overhead"],
+                "seconds": row["seconds"],
+            }
             if name in refs:
                 ref = reference(g, budget, 600)
                 row["reference"] = ref
@@ -209,7 +296,7 @@ def main() -> None:
             print(
                 f"{name:22s} {len(g.nodes):5d} {frac:4.0%} {secs:8.1f}s {res.status:10s} "
                 f"overhead {row['overhead']}  peak {row['peak_fraction']}  used {row['used']} "
-                f"(H-ILP's own: {row['hilp_overhead']})"
+                f"(H-ILP's own: {row.get('hilp_own', {}).get('overhead', row['hilp_overhead'])})"  # type: ignore[union-attr]
                 + (f"  ref {row['reference']}" if "reference" in row else "")
                 + "".join(
                     f"  {k}: {v['status']} {v['overhead']} peak {v['peak_fraction']}"

@@ -93,7 +93,7 @@ BUILTIN: dict[str, Entry] = {
         requires=("ortools", "scipy"),
     ),
     "model": Entry(
-        "remat_cli.solvers.model.solver:Model",
+        "remat_cli.solvers.model:Model",
         "operator order + tensor addresses, no recomputation (one arena)",
         "Steiner et al., ICML 2023 (MODeL)",
         exact=True,

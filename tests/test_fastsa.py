@@ -15,7 +15,7 @@ from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
-from remat_cli.solvers import fastsa_kernel as K
+from remat_cli.solvers.fastsa import kernel as K
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -223,3 +223,45 @@ def test_polish_removes_only_redundant_copies() -> None:
     assert sorted(s.order().tolist()) == list(range(prob.size))
     sim = simulate(g, steps_from_sequence(g, [nv.ids[j] for j in s.order()]))
     assert sim.recomputations == 0 and sim.peak_memory == s.peak + nv.resident
+
+
+@pytest.mark.parametrize("graph_name", ["unet3", "transformer"])
+def test_tight_budget_rescue_starts_stage_two_within_budget(graph_name: str) -> None:
+    """Issue 18: when the first stage ends above the budget (here it runs no iterations at all),
+    the second stage starts from greedy's schedule within budget and only improves on it."""
+    g = GRAPHS[graph_name] if graph_name in GRAPHS else G.unet(depth=3, convs=2, seed=3)
+    budget = int(0.6 * baseline(g).peak_memory)
+    gsched, _ = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
+    assert gsched is not None and simulate(g, gsched.steps).peak_memory <= budget
+    params = {"iterations": 0, "iterations2": 100_000}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None and "greedy's schedule" in (res.message or "")
+    sim = simulate(g, sched.steps)
+    assert sim.peak_memory <= budget
+    assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9
+
+
+def test_tight_budget_rescue_prefers_the_hint() -> None:
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.6 * baseline(g).peak_memory)
+    hint, _ = run_solver(g, budget, "chen-greedy", SolveOptions(seed=0, workers=1))
+    assert hint is not None and simulate(g, hint.steps).peak_memory <= budget
+    opts = SolveOptions(seed=0, workers=1, hint=hint.steps, params={"iterations": 0, "iterations2": 50_000})
+    sched, res = run_solver(g, budget, "fastsa", opts)
+    assert sched is not None and "given hint" in (res.message or "")
+    assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_greedy_start_never_ends_above_greedy() -> None:
+    """With greedy_start the second stage starts from greedy's schedule when it is cheaper than
+    the first stage's best, so a short run never returns more recomputation than greedy."""
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.7 * baseline(g).peak_memory)
+    gsched, _ = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
+    assert gsched is not None and simulate(g, gsched.steps).peak_memory <= budget
+    params = {"iterations": 20_000, "iterations2": 20_000}
+    sched, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None
+    sim = simulate(g, sched.steps)
+    assert sim.peak_memory <= budget
+    assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9

@@ -33,7 +33,13 @@ from remat_cli.solvers.hilp import (
     sequential_x,
     trivial,
 )
-from remat_cli.solvers.hpartition import LevelGraph, h_partition, is_acyclic_quotient, is_convex, quotient
+from remat_cli.solvers.hilp.hpartition import (
+    LevelGraph,
+    h_partition,
+    is_acyclic_quotient,
+    is_convex,
+    quotient,
+)
 
 
 @st.composite
@@ -233,6 +239,23 @@ def test_onnx_training_graph_gets_a_schedule() -> None:
     assert simulate(g, sched.steps).peak_memory <= budget
 
 
+@pytest.mark.parametrize("fallback", ["auto", "none"])
+def test_fallback_none_measures_the_h_ilp_alone(fallback: str) -> None:
+    """Issue 18: --fallback none runs no whole-graph solver (the message says so and names no
+    other method); with fallbacks on, the message names the method whose schedule is returned."""
+    g = G.transformer(layers=2, seed=1)
+    budget = int(0.6 * baseline(g).peak_memory)
+    params = {"fallback": fallback}
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=10, seed=0, workers=1, params=params))
+    msg = res.message or ""
+    if fallback == "none":
+        assert "fallbacks off" in msg and "whole graph" not in msg
+    else:
+        assert "used: " in msg and "fallbacks off" not in msg
+    if sched is not None:
+        assert simulate(g, sched.steps).peak_memory <= budget
+
+
 def test_deterministic_when_ilps_hit_their_limits() -> None:
     """With one worker and a short limit the top H-ILP cannot finish: it stops on its node limit,
     or the clock stops it and its result is dropped; either way a seed repeats exactly."""
@@ -271,6 +294,33 @@ def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
     if hint is not None:
         assert model.violation(hint) <= 1e-6
         assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
+
+
+def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
+    """Issue 18's lever: greedy's whole-graph schedule gives each top layer one more option (its
+    forward once, then what greedy computes of it up to its last backward operator); preferred,
+    the sequential start still satisfies every H-ILP row and decodes to one item per phase."""
+    g = G.transformer(layers=2, seed=0)
+    base = baseline(g)
+    budget = int(0.6 * base.peak_memory)
+    params = HILP().defaults() | {"flat_start": "greedy", "max_top": 8}
+    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
+    ctx = Ctx(g, True)
+    top = s.hierarchy(ctx)
+    before = [len(u.options) for u in top]
+    prefer = s.flat_options(ctx, top)
+    assert prefer is not None and s.flat_seq
+    for u, n, o in zip(top, before, prefer, strict=True):
+        if o is None:
+            continue
+        opt = u.options[o]
+        assert opt.fwd == u.fwd and set(u.bwd) <= set(opt.bwd) and set(opt.bwd) <= u.owned
+        assert len(u.options) in (n, n + 1)
+    inst = build_instance(ctx, top, with_loss=False)
+    model, R = hilp_model(inst, 10 * base.peak_memory, corrections=True)
+    hint = sequential_hint(inst, model, prefer)
+    assert hint is not None and model.violation(hint) <= 1e-6
+    assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
 
 
 def test_refined_top_splits_backward_blocks() -> None:

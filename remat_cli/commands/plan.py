@@ -17,7 +17,6 @@ from remat_cli.cli_common import (
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import simulate
-from remat_cli.solvers.model.addresses import place
 
 
 @click.command()
@@ -66,6 +65,9 @@ def plan(
         raise BadInput("the schedule was made for another graph (graph.sha256 differs)")
     simulate(g, s.steps)
     bufs = buffers_of(g, s.steps)
+    # imported here: `remat --help` and `remat solvers` load no solver module (registry.py)
+    from remat_cli.solvers.model.addresses import place
+
     offsets, arena, bound, optimal = place(bufs, alignment, time_limit)
     memory_plan = make_plan(bufs, offsets, alignment)
     report = check_plan(g, s.steps, memory_plan)

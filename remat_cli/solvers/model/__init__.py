@@ -3,3 +3,7 @@
 Modules follow the paper: `lifetimes` (§4.1-4.2, App. A.1), `ordering` (§4.2, §5.5),
 `addresses` (§4.3), `joint` (§4.4), `solver` (§4.5 and the staged entry point).
 """
+
+from remat_cli.solvers.model.solver import Model
+
+__all__ = ["Model"]

@@ -1,6 +1,6 @@
 """The compiled hot loop of FastSA (Imanishi et al., NeurIPS'23, ``papers/fastsa.txt``).
 
-Everything here is numba-compiled with ``cache=True``; :mod:`remat_cli.solvers.fastsa` does the
+Everything here is numba-compiled with ``cache=True``; :mod:`remat_cli.solvers.fastsa.solver` does the
 set-up, node grouping, stopping and decoding in Python and calls :func:`sa_chunk` for fixed-size
 chunks of iterations.
 

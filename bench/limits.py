@@ -1,0 +1,103 @@
+"""The yardstick of issue 18: how good can a schedule be on the shipped ONNX training graphs?
+
+For each graph (graphs/torch_*_train.onnx) and budget fraction of the baseline peak, the
+fixed-order Checkmate MILP (Jain et al., MLSys'20, §4; the registered ``checkmate`` solver, SCIP
+or HiGHS) is run with a per-cell time limit and we record its schedule's overhead (the optimum
+when proven), its best lower bound on the cost (the "best bound"), and the peak lower bound
+``peak_lower_bound`` (below it no schedule of any order exists). Writes bench/results/limits.json
+after every cell, so a cut-short run keeps what it measured. Usage:
+
+    nice -n 15 python3 bench/limits.py --time-limit 300 --loaded
+    python3 bench/limits.py --only torch_unet_train --fractions 0.5 --time-limit 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import write_results  # noqa: E402
+
+from remat_cli.graph import Graph  # noqa: E402
+from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
+from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
+from remat_cli.solver import SolveOptions  # noqa: E402
+
+NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
+
+
+def onnx_graphs(only: set[str]) -> dict[str, Graph]:
+    out = {}
+    for name in NAMES:
+        path = ROOT / "graphs" / f"{name}.onnx"
+        if path.exists() and (not only or name in only):
+            out[name] = from_onnx_file(path)
+    return out
+
+
+def cell(g: Graph, frac: float, limit: float, backend: str) -> dict[str, object]:
+    base = baseline(g)
+    budget = int(frac * base.peak_memory)
+    floor = peak_lower_bound(g)
+    row: dict[str, object] = {
+        "fraction": frac,
+        "budget": budget,
+        "peak_lower_bound_fraction": round(floor / base.peak_memory, 5),
+    }
+    if budget < floor:
+        return row | {"status": "infeasible (below the peak lower bound)", "best_bound": None}
+    t0 = time.monotonic()
+    sched, res = run_solver(
+        g, budget, "checkmate", SolveOptions(time_limit=limit, seed=0, workers=1, params={"backend": backend})
+    )
+    bound = None
+    if res.lower_bound is not None and base.cost > 0:
+        bound = round(max(0.0, res.lower_bound / base.cost - 1), 6)
+    overhead = None if sched is None else round(sched.summary.overhead, 6)
+    if res.status == "optimal" and overhead is not None:
+        bound = overhead
+    return row | {
+        "checkmate_status": res.status,
+        "checkmate_overhead": overhead,
+        # lower bound on the overhead over all fixed-order schedules (None: the engine gave none)
+        "best_bound": bound,
+        "seconds": round(time.monotonic() - t0, 1),
+        "message": res.message,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--fractions", default="0.7,0.6,0.5,0.4")
+    ap.add_argument("--time-limit", type=float, default=300)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
+    args = ap.parse_args()
+    rows: list[dict[str, object]] = []
+    for name, g in onnx_graphs({s for s in args.only.split(",") if s}).items():
+        for frac in (float(f) for f in args.fractions.split(",")):
+            row = {"graph": name, "nodes": len(g.nodes)} | cell(g, frac, args.time_limit, args.backend)
+            rows.append(row)
+            print(
+                f"{name:24s} {frac:4.0%} checkmate {row.get('checkmate_status')} "
+                f"overhead {row.get('checkmate_overhead')} bound {row.get('best_bound')} "
+                f"({row.get('seconds')} s)",
+                flush=True,
+            )
+            write_results(
+                "limits",
+                rows,
+                time_limit=args.time_limit,
+                note="loaded machine (2 cores shared by ~8 engineers)" if args.loaded else "",
+            )
+
+
+if __name__ == "__main__":
+    main()

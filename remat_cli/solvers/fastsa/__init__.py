@@ -1,0 +1,55 @@
+"""FastSA: simulated annealing over a node sequence with an add-max segment tree and node grouping.
+
+Imanishi, Xu, Takagi, Wang, Castillo, "A fast heuristic to optimize time-space tradeoff for large
+models", NeurIPS 2023 (``papers/fastsa.txt``): §2 (problem, SA, segment tree, grouping), App. B
+(node-intermediate memory, memory-minimising ordering), App. C (node grouping, logaddexp tree)
+and App. D.4 (initialisation and temperature schedule).
+
+The graph is folded to one memory block per node (``NodeView``). A state is a fixed-length
+sequence of nodes and ``nop`` slots (§2.2, App. D.4); mutations add a node at a nop slot, remove
+one, or rotate one to another slot, subject to the validity conditions of §2.2; the peak M(S) is
+maintained incrementally in a range-add / range-max segment tree (§2.1.1, §2.2.1) by the compiled
+kernel in :mod:`remat_cli.solvers.fastsa.kernel`. The objective is eq. (1)
+``max(budget, M)·C`` or, by default, the budget-respecting variant of footnote 2 of §3.1.
+
+Two stages (§2.2.2, App. C.1, App. D.4): with ``--grouping`` a first SA on grouped nodes
+(Algorithm 1 with the ``do_fuse`` rule) that stops as soon as the budget is met, then a second,
+colder SA on the decomposed nodes that removes redundant computations. Without grouping (the
+default) the first stage anneals the original nodes over its whole schedule and the second
+continues colder. Grouping is off by default because on the Table-1 graphs the grouped pipeline
+was worse under the same time (bench/fastsa.py: e.g. RL n500 at 80% 3.2% vs 1.2% cost increase,
+CM2 at 80% 0.43% vs 0.36%): their model inputs are tiny or absent, so do_fuse holds from the
+sources onwards and Algorithm 1 alone folds each whole graph into one group (``max_group`` caps
+that). The best schedules found (least feasible cost, least peak, per stage, and the last state)
+are each polished (a deviation: :func:`remat_cli.solvers.fastsa.kernel.polish` greedily removes
+the computations that are not needed to stay within the budget, e.g. the zero-cost copies the
+cold stage has no reason to drop: CM1 at 80% keeps its 0.136% with 3 instead of ~30
+recomputations), go through ``steps_from_sequence`` (free after last use) and the project
+simulator, and the best is returned; each better one is reported through ``options.incumbent``.
+
+Deviations, all switchable: the initial temperature is 0.3% of f(S0) instead of App. D.4's
+0.1% (on the Table-1 graphs, whose single moves change f by around 1%, 0.1% is close to greedy:
+RL n100 at 80% ended at 1.6% cost increase, at 0.3% at 0.0%); the mutation mix
+(``rotate_share``; the paper gives none); ``local`` proposals (times drawn inside the
+window where a mutation can be valid, see :func:`remat_cli.solvers.fastsa.kernel.sa_chunk`; 75%
+of the proposals by default: on random_layered_n1000 about 75% of local proposals pass the §2.2
+conditions against about 25% of uniform ones, so each iteration does far more; with 11M
+iterations RL n500 at 70% ends at 4.8% (uniform, 22M: 5.6%) and RL n250 at 70% near 1.1-1.4%
+(uniform: 3.5%), while all-local proposals made the small RL n100 worse (70%: over budget),
+which the uniform quarter avoids, bench/fastsa.py); ``over_budget_weight`` (off: 1) steepens the footnote-2
+objective above the budget; a dynamic sequence length (T is re-chosen and the sequence re-spread evenly between
+chunks, so that a few thousand slots suffice instead of 2^20); and a per-node copy limit per
+chunk (a node may gain 4 copies before the next re-spread). ``--no-recompute`` runs rotations
+only, on f(S) = M(S) (App. B.2).
+
+Determinism: the kernel draws from its own xorshift generator seeded by ``options.seed`` and runs
+in fixed-size chunks; every stopping decision depends on iteration counts only. A time limit is
+turned into an iteration budget with a fixed assumed rate (``rate`` iterations per second), so
+the same seed gives the same schedule whatever the machine's speed; only when the machine is
+slower than that rate does the wall-clock safety net stop earlier, and the message then says so.
+"""
+
+from remat_cli.solvers.fastsa.problem import CHUNK, Problem, State, expand, group_nodes, original_problem
+from remat_cli.solvers.fastsa.solver import FastSA
+
+__all__ = ["CHUNK", "FastSA", "Problem", "State", "expand", "group_nodes", "original_problem"]

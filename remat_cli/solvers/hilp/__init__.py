@@ -1,0 +1,90 @@
+"""hilp: HiREmate's hierarchical solver — H-Partition, per-subgraph options, the H-ILP.
+
+Gusak et al., *HiREmate: Hierarchical Approach for Efficient Re-materialization of Large Neural
+Networks*: §3 (H-Partition §3.1, H-Solver §3.2, option selection §3.2.2), Appendix A
+(Algorithm 2, in :mod:`remat_cli.solvers.hilp.hpartition`), Appendix B.2-B.3 (the H-ILP,
+eqs. 2 and 5-10) and Appendix C.1.1 (identical subgraphs).
+
+How the pieces fit:
+
+- **Units.** A unit is a piece of the graph solved as one compute node one level up. An atomic
+  unit is one operator. On training graphs (nodes carry ``phase`` and ``grad_of``) a
+  subgraph of forward operators and the backward operators that differentiate them form a
+  *layer* (App. B.1.1): compute nodes F_j and B_j sharing their options, with a *phantom node*
+  holding what option o keeps between F_j and B_j. Where ``grad_of`` is missing (ONNX training
+  graphs carry ``phase`` only) the pairing comes from the dataflow (:func:`structural_pairs`),
+  and a forward operator with several backward operators is a level-0 layer solved for its
+  own options. Elsewhere (inference graphs, networkx data without phases) a subgraph is one
+  plain compute node with options (§3.2.2).
+- **Bottom-up solving (§3.2.1).** H-Partition groups the (forward) graph level by level. For each
+  subgraph, an H-ILP instance is built over its children units (plus a virtual *loss* node for
+  layers, App. B.2: it stands for "the rest of the graph" between forward and backward), and
+  solved under several budgets (``levels``); each schedule, flattened to operator sequences,
+  becomes an *option* of the subgraph: (forward sequence, backward sequence, time, peak, phantom
+  size). Leaves are H-ILPs over atomic units, i.e. RK-Checkmate; other registered solvers
+  that apply (``leaf_solvers``, e.g. ``checkmate``) add their schedules of the same subgraph as
+  more options — HiREmate's "framework of solvers".
+- **Option metrics** are measured by replaying each option's sequences on the operators (never
+  taken from an ILP): time, the overhead m_{k,o} of eq. (10) (peak above what stays after), the
+  phantom size p_{j,o} and the option-specific dependencies d →o k (App. B.1.2).
+- **Top level.** The H-ILP over the top units under the user's budget (minus the resident
+  inputs and parameters); its schedule is flattened into one operator sequence, decoded by
+  :func:`remat_cli.schedule.steps_from_sequence` and simulated. When the simulated peak exceeds
+  the budget (the ILP's memory model is an approximation, App. B.3), the ILP budget is lowered
+  and the top solved again.
+- **Warm start.** Every H-ILP (units and top) starts from the *sequential* schedule over its
+  compute nodes (each once, in order) with one option per unit, chosen greedily from the
+  phantom minimum towards faster options while the H-ILP's own memory rows hold
+  (:func:`sequential_hint`). HiGHS alone often found no incumbent at all in its limits on a
+  25-unit top (the 2000-node transformer at 50%: "unknown"); started, it proves optimality
+  over the options there, and a cut-short run still returns a schedule made of options.
+  Where no sequential choice fits, a greedy schedule that recomputes plain compute nodes
+  (evicting the data node read farthest ahead) is the start (:func:`recompute_hint`).
+- **Refined top.** A unit holds all its outputs together, so a fixed grouping can rule out
+  every schedule within a tight budget (on ONNX training graphs the backward block paired with
+  one forward operator holds gradients that other blocks consume much later). A second top
+  instance goes one level down where the memory is (:func:`refine`: the units with the
+  largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
+  compute nodes) is solved after the top, with half the top's nominal time (the overall
+  deadline still holds), and the cheaper schedule counts.
+- **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
+  (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
+  process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one
+  (deterministic) after them with the 15% of the limit kept for them, fastsa then hinted with
+  the cheapest schedule so far. The cheapest schedule within budget is used: "infeasible" is
+  only reported when none of them finds one; the message says which produced the result.
+  ``--fallback none`` turns them off, to measure the H-ILP's own schedule.
+- **Determinism.** With one worker every H-ILP stops on work (HiGHS node limits, CP-SAT
+  deterministic time), never on the clock; a HiGHS run the overall deadline cuts short is
+  dropped, so the deterministic fallbacks stand in for it (:func:`solve_instance`).
+"""
+
+from remat_cli.solvers.hilp.context import Ctx, grad_pairs, structural_pairs
+from remat_cli.solvers.hilp.model import build_instance, decode, flatten, hilp_model, trivial
+from remat_cli.solvers.hilp.solver import HILP, _Solve
+from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
+from remat_cli.solvers.hilp.units import Unit, atomic, canonical, measure, refine
+from remat_cli.solvers.hilp.warmstart import recompute_hint, sequential_hint, sequential_x
+
+__all__ = [
+    "HILP",
+    "Ctx",
+    "Unit",
+    "_Solve",
+    "atomic",
+    "build_instance",
+    "canonical",
+    "decode",
+    "flatten",
+    "grad_pairs",
+    "hilp_model",
+    "measure",
+    "recompute_hint",
+    "refine",
+    "sequential_hint",
+    "sequential_x",
+    "solve_instance",
+    "structural_pairs",
+    "trivial",
+    "unit_options",
+]

@@ -1,0 +1,587 @@
+"""The H-ILP solver, top level: hierarchy, top H-ILP, refined top and fallbacks
+(Gusak et al., *HiREmate*, §3.2.1).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from remat_cli.graph import Graph, GraphError
+from remat_cli.schedule import Step, baseline, simulate, steps_from_sequence
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solvers.hilp.context import Ctx, grad_pairs
+from remat_cli.solvers.hilp.hpartition import LevelGraph, h_partition
+from remat_cli.solvers.hilp.model import Instance, build_instance, flatten, trivial
+from remat_cli.solvers.hilp.subgraphs import Job, run_jobs, solve_instance
+from remat_cli.solvers.hilp.units import (
+    Opt,
+    Unit,
+    atomic,
+    canonical,
+    flat_option,
+    measure,
+    pareto,
+    refine,
+    spread,
+)
+
+#: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
+FALLBACK = ("greedy", "fastsa")
+#: the refined top (units replaced by their pieces where the memory is) has at most this many
+#: times M^t compute nodes
+FINER_TOP = 3
+#: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
+TOP_OPTIONS = 6
+
+# ------------------------------------------------------------------------------------------------
+# The solver
+
+
+class HILP(Solver):
+    name = "hilp"
+    method = "hierarchical ILP over H-Partition subgraphs with per-subgraph options (H-ILP)"
+    paper = "HiREmate (Gusak et al.), §3 and Appendices A-C"
+    exact = False
+    params = (
+        Param("max_subgraph", int, 8, "M^l: most nodes in a lower-level subgraph (H-Partition)"),
+        Param("max_top", int, 24, "M^t: most nodes in the top-level graph (H-Partition)"),
+        Param("alpha", float, 0.5, "α of the H-Partition score s_α, eq. (1)"),
+        Param("options", int, 48, "N_o: most options over all compute nodes of one H-ILP (§3.2.2)"),
+        Param(
+            "levels",
+            int,
+            4,
+            "peak budgets each subgraph is solved under to make its options (layers also get "
+            "levels-1 budgets on the memory kept from forward to backward)",
+        ),
+        Param("jobs", int, 1, "parallel processes for the independent subgraphs of one level"),
+        Param(
+            "backend",
+            str,
+            "auto",
+            "MILP engine for the H-ILPs (auto: HiGHS)",
+            ("auto", "highs", "scip", "cpsat", "gurobi"),
+        ),
+        Param(
+            "leaf_solvers",
+            str,
+            "",
+            "other registered solvers adding options on leaf subgraphs, comma-separated (e.g. checkmate)",
+        ),
+        Param(
+            "flat_start",
+            str,
+            "",
+            "whole-graph solver (e.g. greedy) whose schedule gives every top-level layer one more "
+            "option and the top H-ILP its first start (empty: none; off by default: on the ONNX "
+            "training graphs at 70% it did not bring the H-ILP's own schedule near greedy's, "
+            "torch_unet_train 78% vs 29% without, torch_transformer_train 16% vs 18%)",
+        ),
+        Param(
+            "fallback",
+            str,
+            "auto",
+            "auto: greedy and fastsa also run on the whole graph and the cheapest schedule is returned "
+            "(the message says which); none: only the H-ILP's own schedule (no time kept for them)",
+            ("auto", "none"),
+        ),
+    )
+
+    def notes(self) -> str:
+        return (
+            "Training graphs with phase/grad_of pair each subgraph's forward and backward into a "
+            "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
+            "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
+            "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
+            "(every unit run once with its fastest, smallest or least-kept option is always tried, "
+            "and every H-ILP starts from the best such sequential schedule that fits its memory rows). "
+            "A second top, refined one level down where the memory is, follows with half the top's "
+            "time. Greedy "
+            "and fastsa run on the whole graph too (beside the H-ILPs over the whole limit with two "
+            "workers or more, else with the last 15% of it) and the cheapest schedule is used (the "
+            "message says which); --fallback none returns the H-ILP's own schedule."
+        )
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        p = self.defaults() | options.params
+        return _Solve(graph, budget, options, p).run()
+
+
+class _Solve:
+    def __init__(self, graph: Graph, budget: int, options: SolveOptions, params: dict[str, Any]):
+        self.g = graph
+        self.budget = budget
+        self.opt = options
+        self.p = params
+        self.deterministic = options.workers == 1
+        backend = str(params["backend"])
+        if backend == "auto":
+            backend = "highs"
+        self.backend = backend
+        self.limit = options.time_limit
+        self.started = time.monotonic()
+        fallback = params.get("fallback") != "none"
+        #: with two workers or more the whole-graph fallbacks run beside the H-ILPs in a process
+        #: of their own over the whole time limit (issue 18: at 15% of the limit after them,
+        #: fastsa's schedule of torch_resnet_train at 70% cost 1.16% against its own 0.36% at
+        #: the full limit); with one worker (deterministic) they follow the H-ILPs
+        self.parallel = fallback and options.workers >= 2 and self.limit is not None
+        #: share of the time limit for the H-ILPs: 15% stays for sequential fallbacks
+        self.ilp_share = 0.85 if fallback and not self.parallel else 1.0
+        self.portfolio: Portfolio | None = None
+        self.prefer: list[int | None] | None = None
+        self.flat_seq: list[str] | None = None
+        #: the end of the ILP work (epoch seconds)
+        self.deadline = None if self.limit is None else time.time() + self.ilp_share * self.limit
+
+    def training(self) -> bool:
+        """Layers apply when backward nodes name their forward node and the quotient
+        F → loss → B structure exists; else plain subgraphs."""
+        fw = {n.id for n in self.g.nodes if n.id in self.g.needed_nodes and n.phase == "forward"}
+        return bool(fw) and any(f in fw for f in grad_pairs(self.g).values())
+
+    def run(self) -> SolverResult:
+        if self.parallel:
+            assert self.limit is not None
+            self.portfolio = Portfolio(self.g, self.budget, self.limit, self.opt.seed)
+        try:
+            return self._run()
+        finally:
+            if self.portfolio is not None:
+                self.portfolio.stop()
+
+    def _run(self) -> SolverResult:
+        g = self.g
+        try:
+            ctx = Ctx(g, self.training())
+            top_units = self.hierarchy(ctx)
+            self.prefer = self.flat_options(ctx, top_units)
+            inst = build_instance(ctx, top_units, with_loss=False)
+        except (AssertionError, GraphError):
+            # layers whose quotient has a cycle (a pairing that does not follow the gradient
+            # flow): plain subgraphs instead
+            ctx = Ctx(g, False)
+            top_units = self.hierarchy(ctx)
+            self.prefer = self.flat_options(ctx, top_units)
+            inst = build_instance(ctx, top_units, with_loss=False)
+        base = baseline(g)
+        best: tuple[float, list[Step], int] | None = None
+        if base.peak_memory <= self.budget:
+            best = (base.cost, _baseline_steps(g), base.peak_memory)
+            self.opt.incumbent(best[1])
+        lowest = base.peak_memory
+        resident = g.resident_bytes
+        target = self.budget - resident
+        # incumbents before the top ILP: every unit once with its fastest or smallest option
+        for pick in ("time", "peak", "kept"):
+            steps = steps_from_sequence(g, flatten(inst, trivial(inst, pick))[0])
+            sim = simulate(g, steps)
+            lowest = min(lowest, sim.peak_memory)
+            if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
+                best = (sim.cost, steps, sim.peak_memory)
+                self.opt.incumbent(steps)
+        # one level down where the memory is: the units needing the most memory replaced by
+        # their pieces (less is held together) while the instance stays of a solvable size,
+        # solved after the top with half its nominal time (the overall deadline still holds);
+        # the cheaper schedule counts
+        finer = refine(ctx, top_units, FINER_TOP * int(self.p["max_top"]))
+        found, statuses, low = self.solve_top(inst, target, prefer=self.prefer)
+        lowest = min(lowest, low)
+        msg = (
+            f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
+            f"{'/'.join(statuses) or 'not run'} on {self.backend}"
+        )
+        if found is not None:
+            msg += f" (overhead {found[0] / base.cost - 1:.4f})"
+        if finer is not None:
+            self.select(finer, TOP_OPTIONS)
+            prefer2 = self.flat_options(ctx, finer)
+            inst2 = build_instance(ctx, finer, with_loss=False)
+            found2, statuses, low = self.solve_top(
+                inst2, target, 0.5 if self.deterministic else 1.0, prefer=prefer2
+            )
+            lowest = min(lowest, low)
+            msg += f"; refined ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
+            if found2 is not None:
+                msg += f" (overhead {found2[0] / base.cost - 1:.4f})"
+                if found is None or found2[0] < found[0]:
+                    found = found2
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+            self.opt.incumbent(best[1])
+        # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
+        # keeps all its outputs together), and a top H-ILP cut short by the clock can be poor:
+        # leaf solvers on the whole graph, the framework of solvers (§3.2.1) applied at the
+        # top, compete with it, and nothing is called infeasible before they have run
+        if self.portfolio is not None:
+            fb = self.portfolio.collect(self.limit - self.elapsed() if self.limit is not None else 0.0)
+        elif self.p.get("fallback") != "none":
+            fb = self.fallback(None if best is None else best[:2])
+        else:
+            fb = None
+        if self.p.get("fallback") == "none":
+            msg += "; used: H-ILP (fallbacks off)" if best is not None else "; fallbacks off"
+        elif fb is not None and (best is None or fb[0] < best[0]):
+            best = fb[:3]
+            msg += (
+                f"; used: {fb[3]} on the whole graph (overhead {fb[0] / base.cost - 1:.4f}: cheaper "
+                "than the H-ILP's schedule or none)"
+            )
+            self.opt.incumbent(best[1])
+        elif fb is None and best is None:
+            msg += "; whole-graph greedy and fastsa found none either"
+        else:
+            msg += "; used: H-ILP"
+        if best is None:
+            return SolverResult(
+                steps=None,
+                status="infeasible" if self.limit is None else "unknown",
+                backend=self.backend,
+                message=msg,
+                best_peak=lowest,
+            )
+        return SolverResult(
+            steps=best[1],
+            status="feasible",
+            backend=self.backend,
+            objective=best[0],
+            message=msg,
+            params={"max_subgraph": self.p["max_subgraph"]},
+        )
+
+    def solve_top(
+        self, inst: Instance, target: int, share: float = 1.0, prefer: list[int | None] | None = None
+    ) -> tuple[tuple[float, list[Step], int] | None, list[str], int]:
+        """The top H-ILP under the user's budget, with `share` of the top's time; when the
+        simulated peak exceeds it (the ILP's memory model is an approximation, App. B.3) the ILP
+        budget is lowered and it is solved again. Returns the schedule within budget (cost,
+        steps, peak), the statuses and the lowest simulated peak."""
+        g = self.g
+        tries = 0
+        statuses: list[str] = []
+        lowest = 1 << 62
+        while tries < 4:
+            tries += 1
+            top_time = None
+            if self.limit is not None:
+                # 15% of the limit stays for the whole-graph fallback; deterministic runs size
+                # their work limit from the nominal split, never from the clock
+                if self.deterministic:
+                    left = (self.ilp_share - 0.5) * self.limit * share
+                else:
+                    left = (self.ilp_share * self.limit - self.elapsed()) * (share if tries == 1 else 1.0)
+                top_time = max(0.2, left) * (0.8 if tries == 1 else 0.5)
+            sched, top_status = solve_instance(
+                inst,
+                target,
+                top_time,
+                self.backend,
+                self.opt.seed,
+                self.deterministic,
+                corrections=True,
+                deadline=self.deadline,
+                prefer=prefer,
+            )
+            statuses.append(top_status)
+            if sched is None:
+                break
+            f, _ = flatten(inst, sched)
+            steps = steps_from_sequence(g, f)
+            sim = simulate(g, steps)
+            lowest = min(lowest, sim.peak_memory)
+            self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
+            if sim.peak_memory <= self.budget:
+                return (sim.cost, steps, sim.peak_memory), statuses, lowest
+            # the ILP's memory model was optimistic: ask it for proportionally less
+            over = sim.peak_memory - self.budget
+            target -= max(over, int(0.02 * max(target, 1)))
+            if target <= 0:
+                break
+        return None, statuses, lowest
+
+    def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
+        """Issue 18: a whole-graph schedule (``flat_start``, e.g. greedy's, run here within a
+        small share of the limit) translated into one more option per layer unit
+        (:func:`flat_option`); returns each unit's index of it (None where none), which the top
+        H-ILP's sequential start tries first (:func:`sequential_hint`)."""
+        name = str(self.p.get("flat_start") or "")
+        if not name or not any(u.layer for u in units):
+            return None
+        if self.flat_seq is None:
+            from remat_cli import registry
+
+            if name not in registry.names():
+                return None
+            solver = registry.get(name)
+            if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
+                return None
+            left = None if self.limit is None else max(5.0, 0.05 * self.limit)
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
+            opts.params = solver.defaults()
+            r = solver.solve(self.g, self.budget, opts)
+            self.flat_seq = [s.node for s in (r.steps or []) if s.op == "compute" and s.node is not None]
+        if not self.flat_seq:
+            return None
+        prefer: list[int | None] = []
+        for u in units:
+            o = flat_option(ctx, u, self.flat_seq)
+            if o is None:
+                prefer.append(None)
+                continue
+            same = [i for i, q in enumerate(u.options) if (q.fwd, q.bwd) == (o.fwd, o.bwd)]
+            if not same:
+                u.options.append(o)
+                same = [len(u.options) - 1]
+            prefer.append(same[0])
+        return prefer if any(o is not None for o in prefer) else None
+
+    def fallback(self, best: tuple[float, list[Step]] | None) -> tuple[float, list[Step], int, str] | None:
+        """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
+        with the time left and the cheapest schedule so far, the H-ILP's or greedy's, as its
+        hint: where its first stage ends above the budget, its second starts from there), or
+        None."""
+        from remat_cli import registry
+
+        out: tuple[float, list[Step], int, str] | None = None
+        for name in FALLBACK:
+            if name not in registry.names():
+                continue
+            solver = registry.get(name)
+            if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
+                continue
+            left = None
+            if self.limit is not None:
+                # the 15% kept for this step; deterministic runs take the nominal share (fastsa
+                # sizes its iteration budget from it), others whatever the clock has left
+                left = 0.15 * self.limit if self.deterministic else self.limit - self.elapsed() - 0.5
+                # greedy is cheap and needs its few strategies to finish: never less than 5 s
+                left = max(5.0 if name == "greedy" else 0.5, left)
+            hint = min((c for c in (best, out and out[:2]) if c), key=lambda c: c[0], default=(0, None))[1]
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers, hint=hint)
+            opts.params = solver.defaults()
+            r = solver.solve(self.g, self.budget, opts)
+            if r.steps is None:
+                continue
+            sim = simulate(self.g, r.steps)
+            if sim.peak_memory <= self.budget and (out is None or sim.cost < out[0]):
+                out = (sim.cost, r.steps, sim.peak_memory, name)
+        return out
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    # ---- hierarchy: partition, then solve units bottom-up ----
+    def hierarchy(self, ctx: Ctx) -> list[Unit]:
+        g = self.g
+        needed = [n for n in g.topo_order if n in ctx.needed]
+        training = bool(ctx.forward)
+        base_nodes = [n for n in needed if n in ctx.forward] if training else needed
+        idx = {n: i for i, n in enumerate(base_nodes)}
+        preds = [
+            sorted({idx[ctx.producer[v]] for v in ctx.nodes[n].inputs if ctx.producer.get(v) in idx})
+            for n in base_nodes
+        ]
+        values = []
+        for n in base_nodes:
+            for v in ctx.nodes[n].outputs:
+                cons = tuple(sorted({idx[c] for c in ctx.consumers[v] if c in idx}))
+                values.append((ctx.size(v), idx[n], cons, v in ctx.outputs))
+        lg = LevelGraph(preds, values, [1] * len(base_nodes))
+        levels = h_partition(lg, int(self.p["max_subgraph"]), int(self.p["max_top"]), float(self.p["alpha"]))
+        # level-0 units
+        if training:
+            units: list[Unit] = []
+            for n in base_nodes:
+                if ctx.grads.get(n):
+                    units.append(
+                        Unit(fwd=(n,), bwd=tuple(sorted(ctx.grads[n], key=ctx.pos.__getitem__)), layer=True)
+                    )
+                else:
+                    units.append(Unit(fwd=(n,), bwd=(), layer=False))
+        else:
+            units = [Unit(fwd=(n,), bwd=(), layer=False) for n in base_nodes]
+        atoms: dict[str, Unit] = {}
+
+        def atom(n: str) -> Unit:
+            if n not in atoms:
+                atoms[n] = atomic(ctx, n)
+            return atoms[n]
+
+        # level 0: a layer of one forward operator and several backward ones (ONNX training
+        # graphs, paired by structural_pairs) is a subgraph of its own, solved for its options;
+        # split into atoms it would leave its backward operators one by one to the top H-ILP
+        solve0 = [ui for ui, u in enumerate(units) if u.layer and len(u.bwd) > 1]
+        for ui in solve0:
+            units[ui].children = [atom(n) for n in units[ui].fwd + units[ui].bwd]
+        n_levels = len(levels) + (1 if solve0 else 0)
+        if solve0:
+            self.solve_level(ctx, units, 0, n_levels, leaf=True)
+            self.opt.progress(stage="level 0", subgraphs=len(solve0))
+        for li, groups in enumerate(levels):
+            new_units: list[Unit] = []
+            for grp in groups:
+                members = [units[i] for i in grp]
+                if len(grp) == 1:
+                    new_units.append(members[0])
+                    continue
+                fwd = tuple(sorted((n for u in members for n in u.fwd), key=ctx.pos.__getitem__))
+                bwd = tuple(sorted((n for u in members for n in u.bwd), key=ctx.pos.__getitem__))
+                u = Unit(fwd=fwd, bwd=bwd, layer=bool(bwd))
+                u.children = [c for m in members for c in self.expand(m, atom)]
+                self.select(u.children)
+                new_units.append(u)
+            li_all = li + (1 if solve0 else 0)
+            solved = self.solve_level(ctx, new_units, li_all, n_levels, leaf=li == 0)
+            units = new_units
+            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=solved)
+        # top units: solved subgraphs keep their options; the others stand for their operators
+        top = [c for u in units for c in self.expand(u, atom)]
+        done = {n for u in top for n in u.owned}
+        top += [atom(n) for n in needed if n not in done]
+        self.select(top, TOP_OPTIONS)
+        return top
+
+    def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
+        """Options of every unit of one level that has children and none yet (one
+        representative per class of identical subgraphs, App. C.1.1); returns how many were
+        solved."""
+        owners: list[int] = []
+        jobs: list[Job] = []
+        classes: dict[tuple[Any, ...], int] = {}
+        translate: list[tuple[int, int, list[str]]] = []
+        reps: dict[int, list[str]] = {}
+        for ui, u in enumerate(new_units):
+            if u.children is None or u.options:
+                continue
+            key, order = canonical(ctx, u)
+            if key in classes:
+                translate.append((ui, classes[key], order))
+                continue
+            classes[key] = ui
+            reps[ui] = order
+            owners.append(ui)
+        share = None
+        if self.limit is not None:
+            left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
+            if self.deterministic:
+                left = self.limit * 0.5 / max(1, n_levels)
+            else:
+                left = left / max(1, n_levels - li)
+            # building and measuring take time too: the ILPs get 70% of the share
+            share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
+        fr = _fractions(int(self.p["levels"]))
+        names = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if leaf else ()
+        for ui in owners:
+            jobs.append(
+                Job(
+                    new_units[ui],
+                    fr,
+                    share,
+                    self.backend,
+                    self.opt.seed,
+                    self.deterministic,
+                    names,
+                    self.deadline,
+                )
+            )
+        results = self.run_jobs(ctx, jobs)
+        for ui, opts in zip(owners, results, strict=True):
+            new_units[ui].options = opts
+        for ui, rep, order in translate:
+            mapping = dict(zip(reps[rep], order, strict=True))
+            u = new_units[ui]
+            u.options = pareto(
+                [
+                    measure(ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd))
+                    for o in new_units[rep].options
+                ]
+            )
+        return len(owners)
+
+    @staticmethod
+    def expand(u: Unit, atom: Any) -> list[Unit]:
+        """A unit without options (never grouped) stands for its atomic operators."""
+        if u.options:
+            return [u]
+        return [atom(n) for n in u.fwd + u.bwd]
+
+    def select(self, units: list[Unit], floor: int = 3) -> None:
+        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations,
+        each keeping at least `floor` (the top level, solved once and warm-started, affords
+        more: with 3 options a 25-unit top has only "keep all", "keep some", "keep nothing")."""
+        n_o = int(self.p["options"])
+        total = sum(u.ops for u in units if len(u.options) > 1) or 1
+        for u in units:
+            if len(u.options) > 1:
+                u.options = spread(u.options, max(floor, round(n_o * u.ops / total)))
+
+    def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
+        return run_jobs(ctx, jobs, int(self.p["jobs"]))
+
+
+def _fractions(levels: int) -> tuple[float, ...]:
+    if levels <= 1:
+        return (1.0,)
+    return tuple(1.0 - i / (levels - 1) for i in range(levels))
+
+
+def _baseline_steps(g: Graph) -> list[Step]:
+    from remat_cli.schedule import baseline_steps
+
+    return baseline_steps(g)
+
+
+class Portfolio:
+    """Whole-graph greedy, then fastsa with the time left, in a forked process beside the
+    H-ILPs (the "framework of solvers" of §3.2.1 applied to the whole graph, in parallel)."""
+
+    def __init__(self, graph: Graph, budget: int, limit: float, seed: int):
+        import multiprocessing as mp
+
+        self.g = graph
+        self.budget = budget
+        ctx = mp.get_context("fork")
+        self.conn, child = ctx.Pipe(duplex=False)
+        # a little before the limit, so that its schedules are back when the H-ILPs end
+        self.proc = ctx.Process(target=_portfolio_main, args=(child, graph, budget, 0.95 * limit, seed))
+        self.proc.start()
+        child.close()
+
+    def collect(self, wait: float) -> tuple[float, list[Step], int, str] | None:
+        """The cheapest schedule within budget it sent, waiting at most `wait` (+5) seconds."""
+        if not self.conn.poll(max(0.0, wait) + 5.0):
+            return None
+        out: tuple[float, list[Step], int, str] | None = None
+        for name, steps in self.conn.recv():
+            sim = simulate(self.g, steps)
+            if sim.peak_memory <= self.budget and (out is None or sim.cost < out[0]):
+                out = (sim.cost, steps, sim.peak_memory, name)
+        return out
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+        self.proc.join()
+        self.conn.close()
+
+
+def _portfolio_main(conn: Any, graph: Graph, budget: int, limit: float, seed: int) -> None:
+    from remat_cli import registry
+
+    started = time.monotonic()
+    found: list[tuple[str, list[Step]]] = []
+    for name in FALLBACK:
+        if name not in registry.names():
+            continue
+        solver = registry.get(name)
+        if solver.availability()[0] != "available" or solver.supports(graph) is not None:
+            continue
+        left = max(5.0 if name == "greedy" else 0.5, limit - (time.monotonic() - started))
+        opts = SolveOptions(time_limit=left, seed=seed, workers=1)
+        opts.params = solver.defaults()
+        r = solver.solve(graph, budget, opts)
+        if r.steps is not None:
+            found.append((name, r.steps))
+    conn.send(found)
+    conn.close()

@@ -1,0 +1,199 @@
+"""Solving one H-ILP, and one unit for its options under several budgets (Gusak et al.,
+*HiREmate*, §3.2.1-3.2.2: the bottom-up H-Solver and the "framework of solvers").
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from remat_cli.graph import Graph
+from remat_cli.milp import EngineSettings
+from remat_cli.milp import solve as milp_solve
+from remat_cli.schedule import baseline, peak_lower_bound
+from remat_cli.solver import SolveOptions
+from remat_cli.solvers.hilp.context import LOSS, Ctx
+from remat_cli.solvers.hilp.model import Instance, build_instance, decode, flatten, hilp_model, trivial
+from remat_cli.solvers.hilp.units import (
+    Opt,
+    Unit,
+    measure,
+    pareto,
+    unit_graph,
+)
+from remat_cli.solvers.hilp.warmstart import recompute_hint, sequential_hint
+
+# ------------------------------------------------------------------------------------------------
+# Solving one unit for its options
+
+
+@dataclass
+class Job:
+    unit: Unit
+    fractions: tuple[float, ...]
+    time_limit: float | None
+    backend: str
+    seed: int
+    deterministic: bool
+    leaf_solvers: tuple[str, ...]
+    deadline: float | None = None  # epoch seconds (worker processes share the clock)
+
+
+_CTX: Ctx | None = None  # set before forking the worker processes
+
+
+#: deterministic mode: HiGHS branch-and-bound nodes per second of an ILP's share, per unit of
+#: model size (variables + rows) -- a work limit in place of the wall clock
+NODE_RATE = 2e6
+
+
+def solve_instance(
+    inst: Instance,
+    budget: int,
+    time_limit: float | None,
+    backend: str,
+    seed: int,
+    deterministic: bool,
+    corrections: bool = False,
+    kept_budget: int | None = None,
+    gap: float = 1e-4,
+    deadline: float | None = None,
+    prefer: list[int | None] | None = None,
+) -> tuple[list[tuple[int, int]] | None, str]:
+    """Solve one H-ILP. With ``deterministic`` (one worker and a seed) the engine stops on work
+    done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
+    time, HiGHS on a node limit sized from ``time_limit`` and the model. The wall clock
+    (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
+    overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
+    a run found is dropped (the status says so), so that only work-limited results count."""
+    model, R = hilp_model(inst, budget, corrections, kept_budget)
+    hint = sequential_hint(inst, model, prefer)
+    if hint is None:
+        hint = recompute_hint(inst, model, budget)
+    engine_options: dict[str, dict[str, Any]] = {}
+    wall = time_limit
+    if deterministic and time_limit is not None:
+        size = model.num_vars + model.num_constraints
+        nodes = max(10, int(time_limit * NODE_RATE / max(1, size)))
+        engine_options["highs"] = {"mip_max_nodes": nodes}
+        if backend == "highs":
+            wall = None if deadline is None else max(0.05, deadline - time.time())
+    settings = EngineSettings(
+        backend=backend,
+        time_limit=wall,
+        threads=1,
+        seed=seed,
+        deterministic=deterministic,
+        rel_gap=gap,
+        engine_options=engine_options,
+        hint=hint,
+    )
+    res = milp_solve(model, settings)
+    status = res.status
+    if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
+        # a solution the clock picked is not reproducible: drop it; the sequential start (a
+        # deterministic function of the options) and the fallbacks stand in
+        res.x = None
+        status += " (stopped by the clock: dropped for determinism)"
+    if res.x is None or (hint is not None and model.objective(res.x) > model.objective(hint) + 1e-9):
+        if hint is None:
+            return None, status
+        return decode(inst, hint, R), status + " (its sequential start)"
+    return decode(inst, res.x, R), status
+
+
+def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
+    """Schedules of the unit under several budgets (its options), plus the two trivial ones."""
+    unit = job.unit
+    assert unit.children is not None
+    inst = build_instance(ctx, unit.children, with_loss=unit.layer)
+    owned = unit.owned
+    found: list[Opt] = []
+    for pick in ("time", "peak"):
+        f, b = flatten(inst, trivial(inst, pick))
+        found.append(measure(ctx, owned, f, b))
+        if unit.layer:
+            # keep nothing between forward and backward: the backward pass recomputes the forward
+            found.append(measure(ctx, owned, f, f + b))
+    sub = unit_graph(ctx, unit)
+    hi = baseline(sub).peak_memory
+    lo = peak_lower_bound(sub)
+    res = sub.resident_bytes
+    runs: list[tuple[int, int | None]] = [(int(lo + frac * (hi - lo)) - res, None) for frac in job.fractions]
+    if unit.layer and inst.loss is not None:
+        # options that bound what is kept from forward to backward (the phantom) rather than
+        # the peak: the top level trades exactly that against backward time
+        fixed = sum(s for d, s in enumerate(inst.sizes) if inst.producer[d] == inst.loss)
+        fixed += sum(s for d, s in enumerate(inst.sizes) if any(k == inst.loss for k, _ in inst.users[d]))
+        p0 = found[0].phantom
+        runs += [(hi - res, fixed + int(frac * p0)) for frac in job.fractions[1:]]
+    per = None if job.time_limit is None else job.time_limit / max(1, len(runs))
+    for budget, kept in runs:
+        # options need not be proven optimal: a 1% gap saves most of the search
+        sched, _ = solve_instance(
+            inst, budget, per, job.backend, job.seed, job.deterministic, True, kept, 0.01, job.deadline
+        )
+        if sched is not None:
+            f, b = flatten(inst, sched)
+            found.append(measure(ctx, owned, f, b))
+    for name in job.leaf_solvers:
+        found.extend(_leaf_solver_options(ctx, unit, sub, name, lo, hi, job))
+    return pareto(found)
+
+
+def _leaf_solver_options(
+    ctx: Ctx, unit: Unit, sub: Graph, name: str, lo: int, hi: int, job: Job
+) -> list[Opt]:
+    """Options from another registered solver run on the unit's own Graph (the "framework of
+    solvers", §3.2.1): its compute sequence, split at the virtual loss."""
+    from remat_cli import registry
+
+    try:
+        solver = registry.get(name)
+    except KeyError:
+        return []
+    if solver.availability()[0] != "available" or solver.supports(sub) is not None:
+        return []
+    out = []
+    per = None if job.time_limit is None else job.time_limit / max(1, len(job.fractions))
+    for frac in job.fractions:
+        budget = int(lo + frac * (hi - lo))
+        opts = SolveOptions(time_limit=per, seed=job.seed, workers=1)
+        opts.params = solver.defaults()
+        try:
+            r = solver.solve(sub, budget, opts)
+        except Exception:  # a failing helper solver only costs its options
+            continue
+        if r.steps is None:
+            continue
+        seq = [s.node for s in r.steps if s.op == "compute" and s.node is not None]
+        if seq.count(LOSS) > 1:
+            continue  # the rest of the graph runs once
+        if LOSS in seq:
+            i = seq.index(LOSS)
+            fwd, bwd = seq[:i], seq[i + 1 :]
+        else:
+            fwd, bwd = seq, []
+        if any(n in unit.bwd for n in fwd) or not set(unit.fwd) <= set(fwd) or not set(unit.bwd) <= set(bwd):
+            continue  # not a forward/backward schedule of the whole unit
+        out.append(measure(ctx, unit.owned, fwd, bwd))
+    return out
+
+
+def _run_job(job: Job) -> list[Opt]:
+    assert _CTX is not None
+    return unit_options(_CTX, job)
+
+
+def run_jobs(ctx: Ctx, jobs: list[Job], n: int) -> list[list[Opt]]:
+    """Options of independent units, in `n` forked processes when n > 1."""
+    if n <= 1 or len(jobs) <= 1:
+        return [unit_options(ctx, j) for j in jobs]
+    global _CTX
+    _CTX = ctx
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork")) as ex:
+        return list(ex.map(_run_job, jobs))

@@ -23,6 +23,7 @@ BUILTIN: dict[str, str] = {
     "moccasin": "remat_cli.solvers.moccasin:Moccasin",
     "fastsa": "remat_cli.solvers.fastsa:FastSA",
     "hilp": "remat_cli.solvers.hilp:HILP",
+    "auto": "remat_cli.solvers.auto:Auto",
 }
 
 ENTRY_POINT_GROUP = "remat.solvers"

@@ -11,11 +11,15 @@ splitting when run times are heavy-tailed).
    lanes=1, the same solvers splitting the time in one process). A lane runs its solvers one
    after the other; a solver that stops early leaves its time to the next one.
    The lanes are chosen by graph size, from the measurements in bench/results/*.json:
-   - every graph: fastsa (it may reorder the computations, so it often beats the fixed-order
-     optima, and it usually stops by itself within 10-20 s), then moccasin with what remains;
+   - every graph: hilp (the hierarchical ILP scales to training graphs with hundreds of nodes,
+     and keeps greedy's or fastsa's whole-graph schedule when cheaper; on torch_mlp_train at
+     50% it is the only solver with a schedule within budget);
    - up to SMALL_NODES nodes: moccasin (the exact CP-SAT model proves optimality for the fixed
-     order in seconds on RL n100 and CM1), then checkmate on what remains;
-     beyond: hilp (the hierarchical ILP scales to training graphs with hundreds of nodes).
+     order in seconds on RL n100 and CM1), then checkmate, half of the time each (checkmate is
+     the best on torch_unet_train at 50%, where moccasin proves nothing in 60 s); checkmate is
+     skipped once moccasin proved its optimum;
+   - beyond: fastsa (it may reorder the computations, so it often beats the fixed-order optima,
+     and it usually stops by itself within 10-20 s), then moccasin with what remains.
 3. The cheapest schedule within the budget wins; when none fits, the lowest peak. Every schedule
    a lane returns is simulated here before it is compared (and again by `run_solver`).
 
@@ -71,8 +75,8 @@ class _Run:
 def portfolio(graph: Graph) -> list[list[str]]:
     """The lanes for `graph` (see the module docstring)."""
     if len(graph.nodes) <= SMALL_NODES:
-        return [["moccasin", "checkmate"], ["fastsa", "hilp"]]
-    return [["hilp"], ["fastsa", "moccasin"]]
+        return [["moccasin", "checkmate"], ["hilp"]]
+    return [["fastsa", "moccasin"], ["hilp"]]
 
 
 def _run_lane(
@@ -92,7 +96,11 @@ def _run_lane(
     proven = False
     for k, name in enumerate(names):
         left = deadline - time.monotonic()
-        solver = registry.get(name)
+        try:
+            solver = registry.get(name)
+        except registry.UnknownSolver as e:
+            send(("skipped", name, str(e)))
+            continue
         why = None
         if left < MIN_RUN_SECONDS:
             why = "no time left"
@@ -105,7 +113,10 @@ def _run_lane(
         if why is not None:
             send(("skipped", name, why))
             continue
-        limit = left / (len(names) - k) if share else left
+        # an exact solver leaves a share to the exact one after it: one that cannot prove
+        # optimality in time (torch_unet at 50%: moccasin "unknown") must not starve the other
+        later_exact = [n for n in names[k + 1 :] if n in registry.names() and registry.get(n).exact]
+        limit = left / (len(names) - k) if share or (solver.exact and later_exact) else left
         options = SolveOptions(
             time_limit=limit,
             seed=seed,
@@ -132,8 +143,15 @@ def _run_lane(
 
 
 def _lane_process(names: list[str], graph: Graph, budget: int, deadline: float, seed: int, workers: int,
-                  hint: list[Step] | None, conn: Connection) -> None:  # fmt: skip
+                  hints: Connection, conn: Connection) -> None:  # fmt: skip
     try:
+        for name in names:  # import the solvers while the parent runs greedy
+            if name in registry.names():
+                registry.get(name)
+        # the warm start, once greedy is done (None: none within budget; "stop": nothing to do)
+        hint = hints.recv() if hints.poll(max(0.0, deadline - time.monotonic())) else None
+        if hint == "stop":
+            return
         _run_lane(names, graph, budget, deadline, seed, workers, hint, conn.send)
     finally:
         conn.send(("end",))
@@ -142,7 +160,7 @@ def _lane_process(names: list[str], graph: Graph, budget: int, deadline: float, 
 
 class Auto(Solver):
     name = "auto"
-    method = "portfolio: greedy warm start, then fastsa, moccasin/checkmate or hilp side by side"
+    method = "portfolio: greedy warm start, then hilp beside moccasin/checkmate or fastsa/moccasin"
     paper = "Huberman, Lukose & Hogg, An Economics Approach to Hard Computational Problems, Science 1997"
     params = (
         Param("lanes", int, 2, "processes running solvers side by side (1: one after the other here)"),
@@ -158,7 +176,7 @@ class Auto(Solver):
     def notes(self) -> str:
         return (
             f"default time limit {DEFAULT_TIME_LIMIT:g} s; graphs up to {SMALL_NODES} nodes: moccasin "
-            "and checkmate beside fastsa, larger: hilp beside fastsa and moccasin; greedy first as the "
+            "then checkmate beside hilp, larger: fastsa then moccasin beside hilp; greedy first as the "
             f"warm start; under {PARALLEL_MIN_SECONDS:g} s or with one worker the lanes share one process"
         )
 
@@ -196,38 +214,17 @@ class Auto(Solver):
                     options.incumbent(top.steps)  # type: ignore[arg-type]
                     options.progress(incumbent=top.cost, method=top.name)
 
-        # 1. greedy, the warm start
-        greedy = registry.get("greedy")
-        t0 = time.monotonic()
-        g_opts = SolveOptions(
-            time_limit=GREEDY_SHARE * limit,
-            seed=options.seed,
-            workers=options.workers,
-            params=greedy.defaults(),
-        )
-        g_res = greedy.solve(graph, budget, g_opts)
-        g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
-        runs.append(g_run)
-        offer(g_run)
-        hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
-        if options.hint:
-            h_run = _Run("hint", "given", steps=list(options.hint))
-            offer(h_run)
-            if h_run.peak is not None and h_run.peak <= budget and (hint is None or h_run is best[0]):
-                hint = h_run.steps
-
-        # 2. the lanes
         spec = str(options.params.get("portfolio") or "")
         lanes = [[n for n in lane.split(",") if n] for lane in spec.split("/")] if spec else portfolio(graph)
         lanes = [lane for lane in lanes if lane]
         n_lanes = int(options.params.get("lanes", 2))
         parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
-        if g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits":
-            lanes = []  # the baseline is the cheapest schedule: nothing to search
         pending: dict[str, _Run] = {}
+        reported: set[str] = set()
 
         def receive(msg: tuple) -> None:
             kind, name = msg[0], msg[1]
+            reported.add(name)
             if kind == "incumbent":
                 r = _Run(name, "cut", max(0.0, time.monotonic() - t_lanes), list(msg[2]))
                 offer(r, replaces=pending.get(name))
@@ -244,15 +241,50 @@ class Auto(Solver):
                 runs.append(r)
                 offer(r, replaces=cut)
 
-        t_lanes = time.monotonic()
-        if parallel:
-            self._parallel(lanes, graph, budget, lane_deadline, deadline, options, hint, receive)
-        else:
-            order = [
-                n for k in range(max(map(len, lanes), default=0)) for lane in lanes for n in lane[k : k + 1]
-            ]
-            _run_lane(order, graph, budget, lane_deadline, options.seed, options.workers, hint,
-                      receive, share=True)  # fmt: skip
+        # the lane processes start first: their imports overlap greedy's run
+        lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
+        try:
+            # 1. greedy, the warm start
+            greedy = registry.get("greedy")
+            t0 = time.monotonic()
+            g_opts = SolveOptions(
+                time_limit=GREEDY_SHARE * limit,
+                seed=options.seed,
+                workers=options.workers,
+                params=greedy.defaults(),
+            )
+            g_res = greedy.solve(graph, budget, g_opts)
+            g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
+            runs.append(g_run)
+            offer(g_run)
+            hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
+            if options.hint:
+                h_run = _Run("hint", "given", steps=list(options.hint))
+                offer(h_run)
+                if h_run.peak is not None and h_run.peak <= budget and (hint is None or h_run is best[0]):
+                    hint = h_run.steps
+            if g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits":
+                lanes = []  # the baseline is the cheapest schedule: nothing to search
+
+            # 2. the lanes
+            t_lanes = time.monotonic()
+            if lane_procs is not None:
+                self._collect(lane_procs, hint if lanes else "stop", deadline, receive)
+            else:
+                order = [
+                    n
+                    for k in range(max(map(len, lanes), default=0))
+                    for lane in lanes
+                    for n in lane[k : k + 1]
+                ]
+                _run_lane(order, graph, budget, lane_deadline, options.seed, options.workers, hint,
+                          receive, share=True)  # fmt: skip
+        finally:
+            if lane_procs is not None:
+                self._stop(lane_procs)
+        for name in sum(lanes, []):
+            if name not in reported:
+                runs.append(_Run(name, "skipped", note="not started before the time limit"))
         runs.extend(pending.values())  # lanes stopped at the deadline: their last incumbents
 
         assert best, "greedy always returns steps"
@@ -276,58 +308,70 @@ class Auto(Solver):
             best_peak=None if ok else win.peak,
         )
 
-    def _parallel(
-        self,
-        lanes: list[list[str]],
-        graph: Graph,
-        budget: int,
-        lane_deadline: float,
-        deadline: float,
-        options: SolveOptions,
-        hint: list[Step] | None,
-        receive: Callable[[tuple], None],
-    ) -> None:
-        # spawn, not fork: the parent may hold solver threads (OR-Tools, numba) a fork would copy
+    @staticmethod
+    def _start(
+        lanes: list[list[str]], graph: Graph, budget: int, lane_deadline: float, options: SolveOptions
+    ) -> list[tuple[Any, Connection, Connection]]:
+        """Start one process per lane; each waits for its warm start (see `_collect`)."""
+        # spawn, not fork: the parent may hold solver thread pools (HiGHS, numba) a fork would copy
+        # without their threads
         ctx = mp.get_context("spawn")
         workers = max(1, options.workers // len(lanes))
-        procs: list[Any] = []
-        conns: list[Connection] = []
-        try:
-            for names in lanes:
-                parent, child = ctx.Pipe(duplex=False)
-                p = ctx.Process(
-                    target=_lane_process,
-                    args=(names, graph, budget, lane_deadline, options.seed, workers, hint, child),
-                    daemon=True,
-                )
-                p.start()
-                child.close()
-                procs.append(p)
-                conns.append(parent)
-            open_ = list(conns)
-            while open_:
-                left = deadline + GRACE_SECONDS - time.monotonic()
-                if left <= 0:
-                    break
-                for c in wait(open_, timeout=left):
-                    try:
-                        msg = c.recv()
-                    except EOFError:
-                        open_.remove(c)  # the lane died (killed, out of memory): keep what it sent
-                        continue
-                    if msg[0] == "end":
-                        open_.remove(c)
-                    else:
-                        receive(msg)
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join(timeout=2.0)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        procs = []
+        for names in lanes:
+            results, results_child = ctx.Pipe(duplex=False)
+            hints_child, hints = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_lane_process,
+                args=(names, graph, budget, lane_deadline, options.seed, workers, hints_child, results_child),
+                daemon=True,
+            )
+            p.start()
+            results_child.close()
+            hints_child.close()
+            procs.append((p, results, hints))
+        return procs
+
+    @staticmethod
+    def _collect(
+        procs: list[tuple[Any, Connection, Connection]],
+        hint: list[Step] | str | None,
+        deadline: float,
+        receive: Callable[[tuple], None],
+    ) -> None:
+        """Send the warm start to every lane, then pass on what they report until they end or the
+        deadline (+ GRACE_SECONDS) passes."""
+        for _, _, hints in procs:
+            try:
+                hints.send(hint)
+            except (BrokenPipeError, OSError):
+                pass  # that lane already died: its pipe reports EOF below
+        open_ = [results for _, results, _ in procs]
+        while open_:
+            left = deadline + GRACE_SECONDS - time.monotonic()
+            if left <= 0:
+                break
+            for c in wait(open_, timeout=left):
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    open_.remove(c)  # the lane died (killed, out of memory): keep what it sent
+                    continue
+                if msg[0] == "end":
+                    open_.remove(c)
+                else:
+                    receive(msg)
+
+    @staticmethod
+    def _stop(procs: list[tuple[Any, Connection, Connection]]) -> None:
+        for p, _, _ in procs:
+            if p.is_alive():
+                p.terminate()
+        for p, _, _ in procs:
+            p.join(timeout=2.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
     @staticmethod
     def _message(win: _Run, runs: list[_Run], base_cost: float, budget: int, parallel: bool) -> str:

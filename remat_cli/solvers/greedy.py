@@ -44,6 +44,9 @@ ESTAR_TOP = 64
 MAX_BLOWUP = 4
 #: how many levels of dead inputs the peak-reduction pass recomputes rather than keeps
 SPLIT_DEPTH = 4
+#: per round, the full plan (with the excess its inputs add) is scored for at most this many of the
+#: candidates with the best gain per producer cost
+SPLIT_TOP = int(__import__("os").environ.get("SPLIT_TOP", "1000000"))
 #: the pass stops after this many rounds without lowering the peak or the total excess
 STALL_ROUNDS = 8
 
@@ -70,7 +73,48 @@ class _Arrays:
     is_output: np.ndarray
 
 
-def _arrays(graph: Graph) -> _Arrays:
+def low_memory_order(graph: Graph) -> list[str]:
+    """A topological order of the needed nodes that keeps few bytes live: list scheduling that
+    runs, among the ready nodes, the one whose outputs minus the inputs it is the last reader of
+    add the fewest bytes (ties: the graph's order). Recomputation is cheaper from a lower peak;
+    used when no strategy fits in the graph's own order."""
+    needed = graph.needed_nodes
+    vm = graph.value_map
+    nm = graph.node_map
+    topo = [n for n in graph.topo_order if n in needed]
+    rank = {n: i for i, n in enumerate(topo)}
+    producer = {v: n for n in topo for v in nm[n].outputs}
+    readers: dict[str, list[str]] = {}
+    for n in topo:
+        for v in dict.fromkeys(nm[n].inputs):
+            readers.setdefault(v, []).append(n)
+    waiting = {n: len({producer[v] for v in nm[n].inputs if v in producer}) for n in topo}
+    unread = {v: len(r) for v, r in readers.items()}
+    keep = set(graph.outputs) | {v.id for v in graph.values if v.resident}
+    out_bytes = {n: sum(vm[v].size for v in nm[n].outputs) for n in topo}
+    ready = {n for n in topo if waiting[n] == 0}
+    order: list[str] = []
+
+    def added(n: str) -> tuple[int, int]:
+        freed = sum(vm[v].size for v in dict.fromkeys(nm[n].inputs) if unread[v] == 1 and v not in keep)
+        return out_bytes[n] - freed, rank[n]
+
+    while ready:
+        n = min(ready, key=added)
+        ready.remove(n)
+        order.append(n)
+        for v in dict.fromkeys(nm[n].inputs):
+            unread[v] -= 1
+        for v in nm[n].outputs:
+            for c in readers.get(v, ()):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready.add(c)
+    return order
+
+
+def _arrays(graph: Graph, order: list[str] | None = None) -> _Arrays:
+    """`order`: the needed nodes' first computations (default: the graph's topological order)."""
     vids = [v.id for v in graph.values]
     vidx = {v: i for i, v in enumerate(vids)}
     nids = [n.id for n in graph.nodes]
@@ -91,7 +135,7 @@ def _arrays(graph: Graph) -> _Arrays:
             producer[v] = k
     recomputable = [n.recomputable for n in graph.nodes]
     needed = graph.needed_nodes
-    program = [nidx[n] for n in graph.topo_order if n in needed]
+    program = [nidx[n] for n in (order or graph.topo_order) if n in needed]
     pos = {n: i for i, n in enumerate(program)}
     uses: list[list[int]] = [[] for _ in vids]
     for i, n in enumerate(program):
@@ -144,10 +188,16 @@ class _Abandon(Exception):
 
 
 def _run(
-    a: _Arrays, threshold: float, variant: str, stop: Callable[[], bool] | None = None
+    a: _Arrays,
+    threshold: float,
+    variant: str,
+    stop: Callable[[], bool] | None = None,
+    bound: float = float("inf"),
 ) -> tuple[list[int], int]:
     """One DTR pass with eviction threshold `threshold`; returns (compute sequence of node
-    indices, peak of this simulation, which bounds the decoded schedule's peak from above)."""
+    indices, peak of this simulation, which bounds the decoded schedule's peak from above).
+    Abandoned (_Abandon) once the sequence costs more than `bound`, the cheapest schedule within
+    the budget found so far: it could not win (branch and bound)."""
     nv = len(a.size)
     live = a.resident.copy()
     locked = np.zeros(nv, dtype=np.int32)
@@ -177,6 +227,7 @@ def _run(
     clock = 1.0
     position = 0
     cap = MAX_BLOWUP * max(1, len(a.program))
+    spent = 0.0
 
     def projected_cost(v: int, due: float, limit: float) -> tuple[float, float]:
         """e*: (cost, kept bytes) of recomputing v at time `due`: its producer plus, recursively,
@@ -255,7 +306,10 @@ def _run(
         return best
 
     def compute(n: int) -> None:
-        nonlocal mem, peak, clock
+        nonlocal mem, peak, clock, spent
+        spent += a.cost[n]
+        if spent > bound:
+            raise _Abandon
         for o in a.outs[n]:
             if live[o]:  # a sibling of the value being rematerialized: rebuilt by this compute
                 live[o] = False
@@ -367,6 +421,7 @@ def _split(
     max_rounds: int,
     depth: int = SPLIT_DEPTH,
     stop: Callable[[], bool] | None = None,
+    bound: float = float("inf"),
 ) -> list[int]:
     """Peak reduction on the compute sequence (the offline counterpart of the eviction loop): at
     the highest instant t over the budget, pick the value live across t (not read there) whose
@@ -375,8 +430,10 @@ def _split(
 
     The recomputed producer needs its inputs live at that point: an input that is dead by then is
     either kept alive longer (the excess this adds is charged to the score) or recomputed too,
-    recursively up to `depth` levels, whichever scores better."""
+    recursively up to `depth` levels, whichever scores better. Abandoned (_Abandon) once the
+    sequence costs more than `bound` (as _run)."""
     seq = list(a.program)
+    spent = float(a.cost[seq].sum())
     progress, stalled = (np.inf, np.inf), 0
     for _ in range(max_rounds):
         if stop is not None and stop():
@@ -396,7 +453,11 @@ def _split(
         if best is None:
             break
         b, nodes = best
-        seq[b:b] = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
+        nodes = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
+        spent += float(a.cost[nodes].sum())
+        if spent > bound:
+            raise _Abandon
+        seq[b:b] = nodes
     return seq
 
 
@@ -482,7 +543,7 @@ def _best_split(
     cands.sort(key=lambda c: (-c[0], c[1]))
     best: tuple[int, list[int]] | None = None
     best_score = 0.0
-    for bound, v, b in cands:
+    for bound, v, b in cands[:SPLIT_TOP]:
         if bound <= best_score:
             break  # the loss is >= 0 and the cost >= the producer's: no later one wins
         cost, loss, nodes = plan(a.producer[v], b, depth)
@@ -498,7 +559,7 @@ def _best_split(
     return best
 
 
-STRATEGIES = ("split", "split-shallow", "belady-estar-lazy", "belady-estar", "dtr-estar")
+STRATEGIES = ("split-shallow", "split", "belady-estar-lazy", "belady-estar", "dtr-estar")
 #: fractions of the budget each strategy aims at, in turn, until its schedule fits
 TARGETS = (1.0, 0.98, 0.95, 0.9)
 
@@ -533,9 +594,9 @@ class Greedy(Solver):
             return SolverResult(
                 steps=base, status="feasible", objective=base_sim.cost, message="baseline fits"
             )
-        a = _arrays(graph)
         choice = str(options.params.get("strategy", "auto"))
-        # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only
+        # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only.
+        # The fast split-shallow runs first: its cost bounds (and so cuts short) the others.
         strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
 
         def out_of_time() -> bool:
@@ -546,34 +607,42 @@ class Greedy(Solver):
         best: tuple[float, list[Step], str] | None = None
         lowest: tuple[int, float, list[Step], str] = (base_sim.peak_memory, base_sim.cost, base, "baseline")
         ran = 0
-        for strategy in strategies:
-            # a target a little under the budget absorbs what the estimates miss; the first
-            # target that fits ends the sweep for this strategy
-            for target in TARGETS:
-                if ran and out_of_time():
-                    break
-                ran += 1
-                rounds = 8 * len(a.program)
-                try:
-                    if strategy == "split":
-                        seq = _split(a, budget * target, rounds, SPLIT_DEPTH, out_of_time)
-                    elif strategy == "split-shallow":
-                        seq = _split(a, budget * target, rounds, 0, out_of_time)
-                    else:
-                        seq, _ = _run(a, budget * target, strategy, out_of_time)
-                except _Abandon:
-                    break
-                steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
-                sim = simulate(graph, steps)
-                how = strategy if target == 1.0 else f"{strategy} aiming at {target:.0%} of the budget"
-                if sim.peak_memory <= budget:
-                    if best is None or sim.cost < best[0]:
-                        best = (sim.cost, steps, how)
-                        options.incumbent(steps)
-                        options.progress(incumbent=sim.cost, strategy=how)
-                    break
-                if (sim.peak_memory, sim.cost) < lowest[:2]:
-                    lowest = (sim.peak_memory, sim.cost, steps, how)
+        # the graph's order first; a low-memory order (fewer bytes live before any recomputation)
+        # only when nothing fits in it
+        for order_name in ("", "low-memory order"):
+            if best is not None or (ran and out_of_time()):
+                break
+            a = _arrays(graph, low_memory_order(graph) if order_name else None)
+            for strategy in strategies:
+                # a target a little under the budget absorbs what the estimates miss; the first
+                # target that fits ends the sweep for this strategy
+                for target in TARGETS:
+                    if ran and out_of_time():
+                        break
+                    ran += 1
+                    rounds = 8 * len(a.program)
+                    bound = best[0] if best is not None else float("inf")
+                    try:
+                        if strategy == "split":
+                            seq = _split(a, budget * target, rounds, SPLIT_DEPTH, out_of_time, bound)
+                        elif strategy == "split-shallow":
+                            seq = _split(a, budget * target, rounds, 0, out_of_time, bound)
+                        else:
+                            seq, _ = _run(a, budget * target, strategy, out_of_time, bound)
+                    except _Abandon:
+                        break
+                    steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
+                    sim = simulate(graph, steps)
+                    how = strategy if target == 1.0 else f"{strategy} aiming at {target:.0%} of the budget"
+                    how += f" in the {order_name}" if order_name else ""
+                    if sim.peak_memory <= budget:
+                        if best is None or sim.cost < best[0]:
+                            best = (sim.cost, steps, how)
+                            options.incumbent(steps)
+                            options.progress(incumbent=sim.cost, strategy=how)
+                        break
+                    if (sim.peak_memory, sim.cost) < lowest[:2]:
+                        lowest = (sim.peak_memory, sim.cost, steps, how)
         if best is not None:
             return SolverResult(
                 steps=best[1],

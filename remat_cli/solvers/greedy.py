@@ -72,6 +72,13 @@ class _Arrays:
     resident_bytes: int
     is_output: np.ndarray
 
+    def __post_init__(self) -> None:
+        # plain Python copies for the scalar-at-a-time loops of the split planner: indexing a numpy
+        # array and computing with numpy scalars costs several times more there
+        self.size_l: list[float] = self.size.tolist()
+        self.cost_l: list[float] = self.cost.tolist()
+        self.evictable_l: list[bool] = self.evictable.tolist()
+
 
 def low_memory_order(graph: Graph) -> list[str]:
     """A topological order of the needed nodes that keeps few bytes live: list scheduling that
@@ -478,45 +485,55 @@ def _best_split(
         h = 2 ** (len(table) - 1)
         table.append(np.maximum(table[-1][:-h], table[-1][h:]))
 
+    levels = [lv.tolist() for lv in table]
+    size, cost_of, evictable, ins, producer = a.size_l, a.cost_l, a.evictable_l, a.ins, a.producer
+
     def range_max(i: int, j: int) -> float:
         k = (j - i).bit_length() - 1
-        return float(max(table[k][i], table[k][j - (1 << k)]))
+        lv = levels[k]
+        return max(lv[i], lv[j - (1 << k)])
 
     loss_memo: dict[tuple[int, int], float] = {}
     plan_memo: dict[tuple[int, int, int], tuple[float, float, list[int]]] = {}
 
     def extend_loss(x: int, b: int) -> float:
         key = (x, b)
-        if key not in loss_memo:
-            loss_memo[key] = _extend_loss(x, b)
-        return loss_memo[key]
+        r = loss_memo.get(key)
+        if r is None:
+            r = loss_memo[key] = _extend_loss(x, b)
+        return r
 
     def _extend_loss(x: int, b: int) -> float:
         # excess added by keeping x alive from its last read before b up to b
-        ivx = [iv for iv in intervals[x] if iv[0] < b]
-        if not ivx:
+        last = None
+        for iv in reversed(intervals[x]):
+            if iv[0] < b:
+                last = iv
+                break
+        if last is None:
             return np.inf
-        ex = ivx[-1][1]
+        ex = last[1]
         if ex >= b:
             return 0.0
-        if b <= ex + 1 or range_max(ex + 1, b) + a.size[x] <= budget:
+        if b <= ex + 1 or range_max(ex + 1, b) + size[x] <= budget:
             return 0.0
         seg = prof[ex + 1 : b]
-        return float((np.maximum(seg + a.size[x] - budget, 0.0) - excess[ex + 1 : b]).sum())
+        return float((np.maximum(seg + size[x] - budget, 0.0) - excess[ex + 1 : b]).sum())
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
         key = (p, b, d)
-        if key not in plan_memo:
-            plan_memo[key] = _plan(p, b, d)
-        return plan_memo[key]
+        r = plan_memo.get(key)
+        if r is None:
+            r = plan_memo[key] = _plan(p, b, d)
+        return r
 
     def _plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
         """(cost, excess added, nodes to insert before position b) to recompute node p there."""
-        cost, loss, nodes = float(a.cost[p]), 0.0, []
-        for x in a.ins[p]:
+        cost, loss, nodes = cost_of[p], 0.0, []
+        for x in ins[p]:
             keep = extend_loss(x, b)
-            if keep > 0 and d > 0 and a.evictable[x]:
-                c2, l2, n2 = plan(a.producer[x], b, d - 1)
+            if keep > 0 and d > 0 and evictable[x]:
+                c2, l2, n2 = plan(producer[x], b, d - 1)
                 # recompute x instead when that costs less excess per unit of extra cost
                 if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
                     cost, loss, nodes = cost + c2, loss + l2, nodes + n2

@@ -10,15 +10,16 @@ splitting when run times are heavy-tailed).
    time (the machine the tools target has 2 cores; bench/auto.py measures lanes=2 against
    lanes=1, the same solvers splitting the time in one process). A lane runs its solvers one
    after the other; a solver that stops early leaves its time to the next one.
-   The lanes are chosen by graph size, from bench/results/auto.json (each solver alone at 60 s
-   on the bench cells):
-   - every graph: fastsa (it may reorder the computations, so it often beats the fixed-order
-     optima: best on torch_unet_train at 70%, 0.03% against moccasin's 4.8%), then hilp with
-     what remains (it also keeps greedy's or fastsa's whole-graph schedule when cheaper);
-   - beside it, moccasin (its CP-SAT model proves the fixed-order optimum in seconds on RL n100
-     and CM1, and is the best on torch_transformer_train at 70%); up to SMALL_NODES nodes it
-     leaves half of the time to checkmate (the best on torch_unet_train at 50%, where moccasin
-     proves nothing in 60 s), which is skipped once moccasin proved its optimum.
+   The lanes, from bench/results/auto.json (each solver alone at 60 s on the bench cells):
+   - fastsa (it may reorder the computations, so it often beats the fixed-order optima: the
+     best on torch_unet_train and torch_resnet_train at 70%), then hilp with what remains (it
+     keeps greedy's or fastsa's whole-graph schedule when cheaper than its own);
+   - beside it, checkmate then moccasin, half of the time each: checkmate (warm-started from
+     greedy, then its local search) is the best on the ONNX training graphs at 50% and equals
+     moccasin at 70%; moccasin proves the fixed-order optimum in seconds on RL n100 and CM1 and
+     is skipped once checkmate proved it.
+   A first portfolio (moccasin then checkmate beside fastsa then hilp) is kept in the results as
+   "auto-prev": moccasin proved nothing at 50% on the ONNX graphs and starved checkmate.
 3. The cheapest schedule within the budget wins; when none fits, the lowest peak. Every schedule
    a lane returns is simulated here before it is compared (and again by `run_solver`).
 
@@ -41,8 +42,6 @@ from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 
 #: `remat solve --solver auto` without --time-limit
 DEFAULT_TIME_LIMIT = 60.0
-#: graphs up to this many nodes get the exact solvers (moccasin, checkmate) in a lane
-SMALL_NODES = 150
 #: below this time limit (seconds) the lanes run in this process, one after the other: starting a
 #: process and importing the solvers there costs about a second
 PARALLEL_MIN_SECONDS = 8.0
@@ -73,10 +72,9 @@ class _Run:
 
 
 def portfolio(graph: Graph) -> list[list[str]]:
-    """The lanes for `graph` (see the module docstring)."""
-    if len(graph.nodes) <= SMALL_NODES:
-        return [["moccasin", "checkmate"], ["fastsa", "hilp"]]
-    return [["moccasin"], ["fastsa", "hilp"]]
+    """The lanes for `graph` (see the module docstring; one portfolio measured best on every size
+    so far)."""
+    return [["checkmate", "moccasin"], ["fastsa", "hilp"]]
 
 
 def _run_lane(
@@ -160,7 +158,7 @@ def _lane_process(names: list[str], graph: Graph, budget: int, deadline: float, 
 
 class Auto(Solver):
     name = "auto"
-    method = "portfolio: greedy warm start, then fastsa/hilp beside moccasin/checkmate"
+    method = "portfolio: greedy warm start, then fastsa/hilp beside checkmate/moccasin"
     paper = "Huberman, Lukose & Hogg, An Economics Approach to Hard Computational Problems, Science 1997"
     params = (
         Param("lanes", int, 2, "processes running solvers side by side (1: one after the other here)"),
@@ -175,8 +173,8 @@ class Auto(Solver):
 
     def notes(self) -> str:
         return (
-            f"default time limit {DEFAULT_TIME_LIMIT:g} s; fastsa then hilp beside moccasin (up to "
-            f"{SMALL_NODES} nodes: moccasin then checkmate, half of the time each); greedy first as the "
+            f"default time limit {DEFAULT_TIME_LIMIT:g} s; fastsa then hilp beside checkmate then "
+            "moccasin (half of the time each); greedy first as the "
             f"warm start; under {PARALLEL_MIN_SECONDS:g} s or with one worker the lanes share one process"
         )
 
@@ -248,7 +246,8 @@ class Auto(Solver):
             greedy = registry.get("greedy")
             t0 = time.monotonic()
             g_opts = SolveOptions(
-                time_limit=GREEDY_SHARE * limit,
+                # at least a few seconds (half of a short limit): it is the answer of last resort
+                time_limit=max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)),
                 seed=options.seed,
                 workers=options.workers,
                 params=greedy.defaults(),

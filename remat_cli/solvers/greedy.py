@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
@@ -194,6 +195,53 @@ class _Abandon(Exception):
     pass
 
 
+@njit(cache=True)
+def _projected_cost(
+    v: int,
+    due: float,
+    limit: float,
+    lazy: bool,
+    ins_ptr: np.ndarray,
+    ins_idx: np.ndarray,
+    producer: np.ndarray,
+    live: np.ndarray,
+    free_at: np.ndarray,
+    size: np.ndarray,
+    c0: np.ndarray,
+    seen: np.ndarray,
+    stamp: int,
+    stack: np.ndarray,
+) -> tuple[float, float]:
+    """The e* walk of `_run`'s projected_cost, compiled: a depth-first search over the inputs of
+    the producers to rebuild, `seen[w] == stamp` marking the values visited in this call."""
+    total, kept = c0[v], 0.0
+    seen[v] = stamp
+    stack[0] = v
+    top = 1
+    while top > 0:
+        top -= 1
+        p = producer[stack[top]]
+        if p < 0:
+            continue
+        for j in range(ins_ptr[p], ins_ptr[p + 1]):
+            w = ins_idx[j]
+            if seen[w] == stamp:
+                continue
+            seen[w] = stamp
+            if live[w]:
+                if free_at[w] >= due:
+                    continue
+                if lazy:
+                    kept += size[w]
+                    continue
+            total += c0[w]
+            if total > limit:
+                return total, kept
+            stack[top] = w
+            top += 1
+    return total, kept
+
+
 def _run(
     a: _Arrays,
     threshold: float,
@@ -236,31 +284,24 @@ def _run(
     cap = MAX_BLOWUP * max(1, len(a.program))
     spent = 0.0
 
+    # the inputs per node as CSR arrays for the compiled e* walk
+    ins_ptr = np.zeros(len(a.ins) + 1, dtype=np.int64)
+    ins_ptr[1:] = np.cumsum([len(x) for x in a.ins])
+    ins_idx = np.array([w for x in a.ins for w in x], dtype=np.int64)
+    producer = np.array(a.producer, dtype=np.int64)
+    seen = np.zeros(nv, dtype=np.int64)
+    stack = np.zeros(nv + 1, dtype=np.int64)
+    stamp = [0]
+
     def projected_cost(v: int, due: float, limit: float) -> tuple[float, float]:
         """e*: (cost, kept bytes) of recomputing v at time `due`: its producer plus, recursively,
         the producers of inputs that will not be live then; stops once the cost exceeds `limit`.
         Lazy variants keep a live input that dies before `due` cached instead (its bytes are
         returned: they no longer count as freed by the eviction)."""
-        total, kept = c0[v], 0.0
-        seen = {v}
-        stack = [v]
-        while stack:
-            u = stack.pop()
-            for w in a.ins[a.producer[u]]:
-                if w in seen:
-                    continue
-                seen.add(w)
-                if live[w]:
-                    if free_at[w] >= due:
-                        continue
-                    if lazy:
-                        kept += size[w]
-                        continue
-                total += c0[w]
-                if total > limit:
-                    return total, kept
-                stack.append(w)
-        return total, kept
+        stamp[0] += 1
+        return _projected_cost(
+            v, due, limit, lazy, ins_ptr, ins_idx, producer, live, free_at, size, c0, seen, stamp[0], stack
+        )
 
     def relying_children(v: int) -> tuple[float, float]:
         """(earliest next use, total producer cost) of the evicted values whose recomputation
@@ -413,13 +454,14 @@ def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int
     last = len(seq) - 1
     for o, (s, uses) in opened.items():
         intervals[o].append((s, last if a.is_output[o] else (uses[-1] if uses else s), uses))
-    diff = np.zeros(len(seq) + 1)
+    diff = [0.0] * (len(seq) + 1)  # a list: numpy scalar updates cost several times more
+    size = a.size_l
     for v, ivs in enumerate(intervals):
         for s, e, _ in ivs:
-            diff[s] += a.size[v]
-            diff[e + 1] -= a.size[v]
+            diff[s] += size[v]
+            diff[e + 1] -= size[v]
     ws = np.array([a.workspace[n] for n in seq], dtype=np.float64)
-    return np.cumsum(diff[:-1]) + a.resident_bytes + ws, intervals
+    return np.cumsum(np.array(diff[:-1])) + a.resident_bytes + ws, intervals
 
 
 def _split(
@@ -466,6 +508,18 @@ def _split(
             raise _Abandon
         seq[b:b] = nodes
     return seq
+
+
+@njit(cache=True)
+def _segment_loss(prof: np.ndarray, lo: int, hi: int, add: float, budget: float) -> float:
+    """Excess added over instants [lo, hi) by `add` more bytes: sum of clip(prof + add - budget,
+    0, add) (an instant already over the budget gains all of `add`, one under it the part over)."""
+    total = 0.0
+    for i in range(lo, hi):
+        over = prof[i] + add - budget
+        if over > 0.0:
+            total += over if over < add else add
+    return total
 
 
 def _best_split(
@@ -517,8 +571,7 @@ def _best_split(
             return 0.0
         if b <= ex + 1 or range_max(ex + 1, b) + size[x] <= budget:
             return 0.0
-        seg = prof[ex + 1 : b]
-        return float((np.maximum(seg + size[x] - budget, 0.0) - excess[ex + 1 : b]).sum())
+        return _segment_loss(prof, ex + 1, b, size[x], budget)
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
         key = (p, b, d)

@@ -7,8 +7,8 @@ splitting when run times are heavy-tailed).
 1. greedy runs first, in this process: it is fast (milliseconds to a few seconds), always returns
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
 2. The rest of the time goes to two *lanes*, each a separate process with the whole remaining
-   time (the machine the tools target has 2 cores; bench/auto.py measures lanes=2 against
-   lanes=1, the same solvers splitting the time in one process). A lane runs its solvers one
+   time (the machine the tools target has 2 cores; `--lanes 1` runs the same solvers one after
+   the other in this process, splitting the time, and `bench/auto.py --lanes-1` compares both). A lane runs its solvers one
    after the other; a solver that stops early leaves its time to the next one.
    The lanes, from bench/results/auto.json (each solver alone at 60 s on the bench cells):
    - fastsa (it may reorder the computations, so it often beats the fixed-order optima: the
@@ -16,7 +16,7 @@ splitting when run times are heavy-tailed).
      keeps greedy's or fastsa's whole-graph schedule when cheaper than its own);
    - beside it, checkmate then moccasin, half of the time each: checkmate (warm-started from
      greedy, then its local search) is the best on the ONNX training graphs at 50% and equals
-     moccasin at 70%; moccasin proves the fixed-order optimum in seconds on RL n100 and CM1 and
+     moccasin at 70% on three of the four (on torch_resnet_train it ran out of time); moccasin proves the fixed-order optimum in seconds on RL n100 and CM1 and
      is skipped once checkmate proved it.
    A first portfolio (moccasin then checkmate beside fastsa then hilp) is kept in the results as
    "auto-prev": moccasin proved nothing at 50% on the ONNX graphs and starved checkmate.
@@ -166,7 +166,7 @@ class Auto(Solver):
             "portfolio",
             str,
             "",
-            "lanes to run instead of the size-based choice: solvers joined by ',' within a lane, "
+            "lanes to run instead of the default ones: solvers joined by ',' within a lane, "
             "lanes by '/', e.g. 'moccasin/fastsa,hilp'",
         ),
     )

@@ -8,18 +8,18 @@ splitting when run times are heavy-tailed).
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
 2. The rest of the time goes to two *lanes*, each a separate process with the whole remaining
    time (the machine the tools target has 2 cores; `--lanes 1` runs the same solvers one after
-   the other in this process, splitting the time, and `bench/auto.py --lanes-1` compares both). A lane runs its solvers one
-   after the other; a solver that stops early leaves its time to the next one.
+   the other in this process, splitting the time; `bench/auto.py --lanes-1` compares both).
+   A lane runs its solvers one after the other; one that stops early leaves its time to the next.
    The lanes, from bench/results/auto.json (each solver alone at 60 s on the bench cells):
    - fastsa (it may reorder the computations, so it often beats the fixed-order optima: the
      best on torch_unet_train and torch_resnet_train at 70%), then hilp with what remains (it
      keeps greedy's or fastsa's whole-graph schedule when cheaper than its own);
-   - beside it, checkmate then moccasin, half of the time each: checkmate (warm-started from
-     greedy, then its local search) is the best on the ONNX training graphs at 50% and equals
-     moccasin at 70% on three of the four (on torch_resnet_train it ran out of time); moccasin proves the fixed-order optimum in seconds on RL n100 and CM1 and
-     is skipped once checkmate proved it.
-   A first portfolio (moccasin then checkmate beside fastsa then hilp) is kept in the results as
-   "auto-prev": moccasin proved nothing at 50% on the ONNX graphs and starved checkmate.
+   - beside it, checkmate (warm-started from greedy, then its local search; the best on the ONNX
+     training graphs at 50%, equal to moccasin at 70% on three of the four), then moccasin when
+     checkmate stops early without a proof. Given half of the time (a second portfolio,
+     "auto-prev2" in the results), checkmate found nothing on torch_unet_train at 50%;
+   a first one, "auto-prev" (moccasin then checkmate), lost there too: moccasin proved nothing
+   at 50% on the ONNX graphs and starved checkmate.
 3. The cheapest schedule within the budget wins; when none fits, the lowest peak. Every schedule
    a lane returns is simulated here before it is compared (and again by `run_solver`).
 
@@ -111,10 +111,7 @@ def _run_lane(
         if why is not None:
             send(("skipped", name, why))
             continue
-        # an exact solver leaves a share to the exact one after it: one that cannot prove
-        # optimality in time (torch_unet at 50%: moccasin "unknown") must not starve the other
-        later_exact = [n for n in names[k + 1 :] if n in registry.names() and registry.get(n).exact]
-        limit = left / (len(names) - k) if share or (solver.exact and later_exact) else left
+        limit = left / (len(names) - k) if share else left
         options = SolveOptions(
             time_limit=limit,
             seed=seed,
@@ -174,7 +171,7 @@ class Auto(Solver):
     def notes(self) -> str:
         return (
             f"default time limit {DEFAULT_TIME_LIMIT:g} s; fastsa then hilp beside checkmate then "
-            "moccasin (half of the time each); greedy first as the "
+            "moccasin; greedy first as the "
             f"warm start; under {PARALLEL_MIN_SECONDS:g} s or with one worker the lanes share one process"
         )
 

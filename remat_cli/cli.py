@@ -108,14 +108,15 @@ def main() -> None:
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
 @click.option("--budget", "-b", required=True, help=BUDGET_HELP)
-@click.option(
-    "--solver", "-s", "solver_name", default="greedy", show_default=True, help="See `remat solvers`."
-)
+@click.option("--solver", "-s", "solver_name", default="auto", show_default=True, help="See `remat solvers`.")
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Write the schedule here (default: stdout)."
 )
 @click.option(
-    "--time-limit", type=SECONDS, default=None, help="Seconds; the best schedule so far is returned."
+    "--time-limit",
+    type=SECONDS,
+    default=None,
+    help="Seconds; the best schedule so far is returned (default for auto: 60).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -172,6 +173,8 @@ def solve(
         hint_schedule = read_schedule(hint)
         simulate(graph, hint_schedule.steps)  # a hint for another graph is bad input
         hint_steps = hint_schedule.steps
+    if time_limit is None and solver_name == "auto":
+        time_limit = 60.0
     options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params, budgets=budgets)
     if workers is not None:
         options.workers = workers

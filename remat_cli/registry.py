@@ -42,6 +42,11 @@ _CHECKMATE = "Jain et al., Checkmate, MLSys 2020 (as restated in XEngine §3.2, 
 _CHEN = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
 
 BUILTIN: dict[str, Entry] = {
+    "auto": Entry(
+        "remat_cli.solvers.auto:Auto",
+        "portfolio: greedy warm start, then fastsa/hilp beside checkmate/moccasin",
+        "Huberman, Lukose & Hogg, An Economics Approach to Hard Computational Problems, Science 1997",
+    ),
     "checkpoint-all": Entry(
         "remat_cli.solvers.checkpoint_all:CheckpointAll", "no rematerialization (baseline)", "—"
     ),

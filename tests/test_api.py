@@ -128,7 +128,7 @@ def test_readme_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
 def test_import_is_light_and_names_resolve() -> None:
     probe = (
         "import json, sys, remat_cli; before = sorted(m for m in ('onnx', 'numba', 'remat_cli.api', "
-        "'ortools') if m in sys.modules); remat_cli.runner; "
+        "'ortools') if m in sys.modules); remat_cli.solve; "
         "print(json.dumps([before, 'remat_cli.api' in sys.modules]))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)

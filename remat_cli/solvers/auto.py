@@ -1,0 +1,386 @@
+"""auto: the default solver, a portfolio run within the time limit (algorithm portfolios: Huberman,
+Lukose & Hogg, "An Economics Approach to Hard Computational Problems", Science 275, 1997 — run
+complementary methods side by side and keep the best answer; Gomes & Selman, "Algorithm
+portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel beats sequential
+splitting when run times are heavy-tailed).
+
+1. greedy runs first, in this process: it is fast (milliseconds to a few seconds), always returns
+   a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
+2. The rest of the time goes to two *lanes*, each a separate process with the whole remaining
+   time (the machine the tools target has 2 cores; `--lanes 1` runs the same solvers one after
+   the other in this process, splitting the time; `bench/auto.py --lanes-1` compares both).
+   A lane runs its solvers one after the other; one that stops early leaves its time to the next.
+   The lanes, from bench/results/auto.json (each solver alone at 60 s on the bench cells):
+   - fastsa (it may reorder the computations, so it often beats the fixed-order optima: the
+     best on torch_unet_train and torch_resnet_train at 70%), then hilp with what remains (it
+     keeps greedy's or fastsa's whole-graph schedule when cheaper than its own);
+   - beside it, checkmate (warm-started from greedy, then its local search; the best on the ONNX
+     training graphs at 50%, equal to moccasin at 70% on three of the four), then moccasin when
+     checkmate stops early without a proof. Given half of the time (a second portfolio,
+     "auto-prev2" in the results), checkmate found nothing on torch_unet_train at 50%;
+   a first one, "auto-prev" (moccasin then checkmate), lost there too: moccasin proved nothing
+   at 50% on the ONNX graphs and starved checkmate.
+3. The cheapest schedule within the budget wins; when none fits, the lowest peak. Every schedule
+   a lane returns is simulated here before it is compared (and again by `run_solver`).
+
+`solver.message` names the winner and lists what else ran with its result.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from remat_cli import registry
+from remat_cli.graph import Graph
+from remat_cli.schedule import ScheduleError, Step, baseline, simulate
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+
+#: `remat solve --solver auto` without --time-limit
+DEFAULT_TIME_LIMIT = 60.0
+#: below this time limit (seconds) the lanes run in this process, one after the other: starting a
+#: process and importing the solvers there costs about a second
+PARALLEL_MIN_SECONDS = 8.0
+#: share of the time limit greedy may use (it runs every strategy when it has one worker)
+GREEDY_SHARE = 0.2
+#: a solver is not started with less than this many seconds left
+MIN_RUN_SECONDS = 0.5
+#: the lanes' solvers are told to stop this share of the time limit early: model building and
+#: decoding run outside their engines' limits (hilp measured up to ~4 s over 60 s on a loaded
+#: machine; cut at the deadline, it loses its whole-graph fallback, its best schedule)
+MARGIN_SHARE = 0.08
+#: a lane still running this long after the deadline is stopped (its last incumbent is kept)
+GRACE_SECONDS = 2.0
+
+
+@dataclass(eq=False)  # compared by identity
+class _Run:
+    """One sub-solver's outcome, as simulated here."""
+
+    name: str
+    status: str  # the solver's status, "error", "skipped" or "cut" (stopped at the deadline)
+    seconds: float = 0.0
+    steps: list[Step] | None = None
+    peak: int | None = None
+    cost: float | None = None
+    result: SolverResult | None = None
+    note: str = ""
+
+
+def portfolio(graph: Graph) -> list[list[str]]:
+    """The lanes for `graph` (see the module docstring; one portfolio measured best on every size
+    so far)."""
+    return [["checkmate", "moccasin"], ["fastsa", "hilp"]]
+
+
+def _run_lane(
+    names: list[str],
+    graph: Graph,
+    budget: int,
+    deadline: float,
+    seed: int,
+    workers: int,
+    hint: list[Step] | None,
+    send: Callable[[tuple], None],
+    share: bool = False,
+) -> None:
+    """Run `names` one after the other until `deadline` (time.monotonic(), which every process of
+    the machine shares); report each outcome through `send`. With `share`, each solver gets an
+    equal part of the time left rather than all of it (one process running every lane)."""
+    proven = False
+    for k, name in enumerate(names):
+        left = deadline - time.monotonic()
+        try:
+            solver = registry.get(name)
+        except registry.UnknownSolver as e:
+            send(("skipped", name, str(e)))
+            continue
+        why = None
+        if left < MIN_RUN_SECONDS:
+            why = "no time left"
+        elif solver.availability()[0] != "available":
+            why = solver.availability()[1] or "unavailable"
+        elif solver.supports(graph) is not None:
+            why = solver.supports(graph)
+        elif proven and solver.exact:
+            why = "an exact solver already proved the fixed-order optimum"
+        if why is not None:
+            send(("skipped", name, why))
+            continue
+        limit = left / (len(names) - k) if share else left
+        options = SolveOptions(
+            time_limit=limit,
+            seed=seed,
+            workers=workers,
+            hint=hint,
+            params=solver.defaults(),
+            on_incumbent=lambda steps, name=name: send(("incumbent", name, steps)),
+        )
+        t0 = time.monotonic()
+        try:
+            result = solver.solve(graph, budget, options)
+        except Exception as e:  # one failing method must not cost the portfolio its answer
+            send(("error", name, f"{type(e).__name__}: {e}", time.monotonic() - t0))
+            continue
+        send(("done", name, result, time.monotonic() - t0))
+        proven = proven or (solver.exact and result.status == "optimal")
+        if result.steps is not None:
+            try:
+                sim = simulate(graph, result.steps)
+            except ScheduleError:
+                continue
+            if sim.peak_memory <= budget and (hint is None or sim.cost < simulate(graph, hint).cost):
+                hint = list(result.steps)  # the next solver of this lane starts from it
+
+
+def _lane_process(names: list[str], graph: Graph, budget: int, deadline: float, seed: int, workers: int,
+                  hints: Connection, conn: Connection) -> None:  # fmt: skip
+    try:
+        for name in names:  # import the solvers while the parent runs greedy
+            if name in registry.names():
+                registry.get(name)
+        # the warm start, once greedy is done (None: none within budget; "stop": nothing to do)
+        hint = hints.recv() if hints.poll(max(0.0, deadline - time.monotonic())) else None
+        if hint == "stop":
+            return
+        _run_lane(names, graph, budget, deadline, seed, workers, hint, conn.send)
+    finally:
+        conn.send(("end",))
+        conn.close()
+
+
+class Auto(Solver):
+    name = "auto"
+    method = "portfolio: greedy warm start, then fastsa/hilp beside checkmate/moccasin"
+    paper = "Huberman, Lukose & Hogg, An Economics Approach to Hard Computational Problems, Science 1997"
+    params = (
+        Param("lanes", int, 2, "processes running solvers side by side (1: one after the other here)"),
+        Param(
+            "portfolio",
+            str,
+            "",
+            "lanes to run instead of the default ones: solvers joined by ',' within a lane, "
+            "lanes by '/', e.g. 'moccasin/fastsa,hilp'",
+        ),
+    )
+
+    def notes(self) -> str:
+        return (
+            f"default time limit {DEFAULT_TIME_LIMIT:g} s; fastsa then hilp beside checkmate then "
+            "moccasin; greedy first as the "
+            f"warm start; under {PARALLEL_MIN_SECONDS:g} s or with one worker the lanes share one process"
+        )
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        limit = options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT
+        deadline = options.started + limit
+        lane_deadline = deadline - MARGIN_SHARE * limit
+        base = baseline(graph)
+        runs: list[_Run] = []
+        cands: list[_Run] = []  # every schedule seen, simulated
+        best: list[_Run] = []  # the current winner, if any
+
+        def key(r: _Run) -> tuple:
+            assert r.peak is not None and r.cost is not None
+            return (0, r.cost, 0) if r.peak <= budget else (1, r.peak, r.cost)
+
+        def offer(r: _Run, replaces: _Run | None = None) -> None:
+            """Simulate r's steps; r joins the candidates (instead of `replaces`, its own last
+            incumbent, unless r is worse or has no steps) and the winner is updated."""
+            if r.steps is not None:
+                sim = simulate(graph, r.steps)
+                r.peak, r.cost = sim.peak_memory, sim.cost
+            if replaces is not None and replaces in cands:
+                if r.steps is None or key(r) > key(replaces):
+                    return
+                cands.remove(replaces)
+            if r.steps is None:
+                return
+            cands.append(r)
+            top = min(cands, key=key)  # min keeps the first of equals: greedy, then lane order
+            if not best or top is not best[0]:
+                changed = not best or key(top) < key(best[0])
+                best[:] = [top]
+                if changed and top.peak is not None and top.peak <= budget:
+                    options.incumbent(top.steps)  # type: ignore[arg-type]
+                    options.progress(incumbent=top.cost, method=top.name)
+
+        spec = str(options.params["portfolio"] or "")
+        lanes = [[n for n in lane.split(",") if n] for lane in spec.split("/")] if spec else portfolio(graph)
+        lanes = [lane for lane in lanes if lane]
+        n_lanes = int(options.params["lanes"])
+        parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
+        pending: dict[str, _Run] = {}
+        reported: set[str] = set()
+
+        def receive(msg: tuple) -> None:
+            kind, name = msg[0], msg[1]
+            reported.add(name)
+            if kind == "incumbent":
+                r = _Run(name, "cut", max(0.0, time.monotonic() - t_lanes), list(msg[2]))
+                offer(r, replaces=pending.get(name))
+                pending[name] = r
+            elif kind == "skipped":
+                runs.append(_Run(name, "skipped", note=msg[2]))
+            elif kind == "error":
+                pending.pop(name, None)
+                runs.append(_Run(name, "error", msg[3], note=msg[2]))
+            elif kind == "done":
+                cut = pending.pop(name, None)
+                res: SolverResult = msg[2]
+                r = _Run(name, res.status, msg[3], res.steps, result=res)
+                runs.append(r)
+                offer(r, replaces=cut)
+
+        # the lane processes start first: their imports overlap greedy's run
+        lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
+        try:
+            # 1. greedy, the warm start
+            greedy = registry.get("greedy")
+            t0 = time.monotonic()
+            g_opts = SolveOptions(
+                # at least a few seconds (half of a short limit): it is the answer of last resort
+                time_limit=max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)),
+                seed=options.seed,
+                workers=options.workers,
+                params=greedy.defaults(),
+            )
+            g_res = greedy.solve(graph, budget, g_opts)
+            g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
+            runs.append(g_run)
+            offer(g_run)
+            hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
+            if options.hint:
+                h_run = _Run("hint", "given", steps=list(options.hint))
+                offer(h_run)
+                if h_run.peak is not None and h_run.peak <= budget and (hint is None or h_run is best[0]):
+                    hint = h_run.steps
+            if g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits":
+                lanes = []  # the baseline is the cheapest schedule: nothing to search
+
+            # 2. the lanes
+            t_lanes = time.monotonic()
+            if lane_procs is not None:
+                self._collect(lane_procs, hint if lanes else "stop", deadline, receive)
+            else:
+                order = [
+                    n
+                    for k in range(max(map(len, lanes), default=0))
+                    for lane in lanes
+                    for n in lane[k : k + 1]
+                ]
+                _run_lane(order, graph, budget, lane_deadline, options.seed, options.workers, hint,
+                          receive, share=True)  # fmt: skip
+        finally:
+            if lane_procs is not None:
+                self._stop(lane_procs)
+        for name in sum(lanes, []):
+            if name not in reported:
+                runs.append(_Run(name, "skipped", note="no answer before the time limit"))
+        runs.extend(pending.values())  # lanes stopped at the deadline: their last incumbents
+
+        assert best, "greedy always returns steps"
+        win = best[0]
+        assert win.peak is not None and win.cost is not None
+        ok = win.peak <= budget
+        wres = win.result
+        status = (
+            (wres.status if wres is not None and wres.status == "optimal" else "feasible")
+            if ok
+            else "infeasible"
+        )
+        return SolverResult(
+            steps=win.steps,
+            status=status,  # type: ignore[arg-type]
+            backend=wres.backend if wres is not None else None,
+            objective=win.cost,
+            lower_bound=wres.lower_bound if wres is not None and status == "optimal" else None,
+            params={"winner": win.name, "lanes": lanes if parallel else [sum(lanes, [])]},
+            message=self._message(win, runs, base.cost, budget, parallel),
+            best_peak=None if ok else win.peak,
+        )
+
+    @staticmethod
+    def _start(
+        lanes: list[list[str]], graph: Graph, budget: int, lane_deadline: float, options: SolveOptions
+    ) -> list[tuple[Any, Connection, Connection]]:
+        """Start one process per lane; each waits for its warm start (see `_collect`)."""
+        # spawn, not fork: the parent may hold solver thread pools (HiGHS, numba) a fork would copy
+        # without their threads
+        ctx = mp.get_context("spawn")
+        workers = max(1, options.workers // len(lanes))
+        procs = []
+        for names in lanes:
+            results, results_child = ctx.Pipe(duplex=False)
+            hints_child, hints = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_lane_process,
+                args=(names, graph, budget, lane_deadline, options.seed, workers, hints_child, results_child),
+                daemon=True,
+            )
+            p.start()
+            results_child.close()
+            hints_child.close()
+            procs.append((p, results, hints))
+        return procs
+
+    @staticmethod
+    def _collect(
+        procs: list[tuple[Any, Connection, Connection]],
+        hint: list[Step] | str | None,
+        deadline: float,
+        receive: Callable[[tuple], None],
+    ) -> None:
+        """Send the warm start to every lane, then pass on what they report until they end or the
+        deadline (+ GRACE_SECONDS) passes."""
+        for _, _, hints in procs:
+            try:
+                hints.send(hint)
+            except (BrokenPipeError, OSError):
+                pass  # that lane already died: its pipe reports EOF below
+        open_ = [results for _, results, _ in procs]
+        while open_:
+            left = deadline + GRACE_SECONDS - time.monotonic()
+            if left <= 0:
+                break
+            for c in wait(open_, timeout=left):
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    open_.remove(c)  # the lane died (killed, out of memory): keep what it sent
+                    continue
+                if msg[0] == "end":
+                    open_.remove(c)
+                else:
+                    receive(msg)
+
+    @staticmethod
+    def _stop(procs: list[tuple[Any, Connection, Connection]]) -> None:
+        for p, _, _ in procs:
+            if p.is_alive():
+                p.terminate()
+        for p, _, _ in procs:
+            p.join(timeout=2.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+    @staticmethod
+    def _message(win: _Run, runs: list[_Run], base_cost: float, budget: int, parallel: bool) -> str:
+        def describe(r: _Run) -> str:
+            if r.status in ("skipped", "error"):
+                return f"{r.name} {r.status} ({r.note})"
+            if r.peak is None or r.cost is None:
+                return f"{r.name} {r.status}, no schedule ({r.seconds:.1f} s)"
+            over = f"+{(r.cost / base_cost - 1) * 100:.2f}%" if base_cost > 0 else ""
+            fit = "" if r.peak <= budget else f", peak {r.peak:,} over the budget"
+            status = "stopped at the time limit" if r.status == "cut" else r.status
+            return f"{r.name} {status} {over}{fit} ({r.seconds:.1f} s)"
+
+        how = "2 lanes in parallel" if parallel else "one after the other"
+        others = "; ".join(describe(r) for r in runs if r is not win)
+        return f"auto: {describe(win)} won; also ran ({how}): {others or 'nothing'}"

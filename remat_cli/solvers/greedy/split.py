@@ -1,0 +1,208 @@
+"""greedy, family 2: peak reduction on the compute sequence (the offline counterpart of DTR's
+eviction loop, measured better on the Moccasin graphs). See the package docstring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
+
+#: how many levels of dead inputs the peak-reduction pass recomputes rather than keeps
+SPLIT_DEPTH = 4
+#: the pass stops after this many rounds without lowering the peak or the total excess
+STALL_ROUNDS = 8
+
+
+def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
+    """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and each
+    value's live intervals (start, end, positions reading it), inclusive."""
+    nv = len(a.size)
+    opened: dict[int, tuple[int, list[int]]] = {}
+    intervals: list[list[tuple[int, int, list[int]]]] = [[] for _ in range(nv)]
+    for k, n in enumerate(seq):
+        for x in a.ins[n]:
+            opened[x][1].append(k)
+        for o in a.outs[n]:
+            if o in opened:
+                s, uses = opened.pop(o)
+                intervals[o].append((s, uses[-1] if uses else s, uses))
+            opened[o] = (k, [])
+    last = len(seq) - 1
+    for o, (s, uses) in opened.items():
+        intervals[o].append((s, last if a.is_output[o] else (uses[-1] if uses else s), uses))
+    diff = [0.0] * (len(seq) + 1)  # a list: numpy scalar updates cost several times more
+    size = a.size_l
+    for v, ivs in enumerate(intervals):
+        for s, e, _ in ivs:
+            diff[s] += size[v]
+            diff[e + 1] -= size[v]
+    ws = np.array([a.workspace[n] for n in seq], dtype=np.float64)
+    return np.cumsum(np.array(diff[:-1])) + a.resident_bytes + ws, intervals
+
+
+def _split(
+    a: _Arrays,
+    budget: float,
+    max_rounds: int,
+    depth: int = SPLIT_DEPTH,
+    stop: Callable[[], bool] | None = None,
+    bound: float = float("inf"),
+) -> list[int]:
+    """Peak reduction on the compute sequence (the offline counterpart of the eviction loop): at
+    the highest instant t over the budget, pick the value live across t (not read there) whose
+    recomputation right before its next read after t removes the most excess (bytes over budget,
+    summed over instants) per unit of cost, insert that recomputation, and repeat.
+
+    The recomputed producer needs its inputs live at that point: an input that is dead by then is
+    either kept alive longer (the excess this adds is charged to the score) or recomputed too,
+    recursively up to `depth` levels, whichever scores better. Abandoned (_Abandon) once the
+    sequence costs more than `bound` (as _run)."""
+    seq = list(a.program)
+    spent = float(a.cost[seq].sum())
+    progress, stalled = (np.inf, np.inf), 0
+    for _ in range(max_rounds):
+        if stop is not None and stop():
+            break
+        prof, intervals = _decode(a, seq)
+        t = int(np.argmax(prof))
+        if prof[t] <= budget:
+            break
+        total = float(np.maximum(prof - budget, 0.0).sum())
+        if total < progress[0] or prof[t] < progress[1]:
+            progress, stalled = (total, prof[t]), 0
+        else:
+            stalled += 1
+            if stalled > STALL_ROUNDS:
+                break  # the estimates stopped matching the exact profile
+        best = _best_split(a, seq, prof, intervals, t, budget, depth)
+        if best is None:
+            break
+        b, nodes = best
+        nodes = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
+        spent += float(a.cost[nodes].sum())
+        if spent > bound:
+            raise _Abandon
+        seq[b:b] = nodes
+    return seq
+
+
+@njit(cache=True)
+def _segment_loss(prof: np.ndarray, lo: int, hi: int, add: float, budget: float) -> float:
+    """Excess added over instants [lo, hi) by `add` more bytes: sum of clip(prof + add - budget,
+    0, add) (an instant already over the budget gains all of `add`, one under it the part over)."""
+    total = 0.0
+    for i in range(lo, hi):
+        over = prof[i] + add - budget
+        if over > 0.0:
+            total += over if over < add else add
+    return total
+
+
+def _best_split(
+    a: _Arrays,
+    seq: list[int],
+    prof: np.ndarray,
+    intervals: list[list[tuple[int, int, list[int]]]],
+    t: int,
+    budget: float,
+    depth: int,
+) -> tuple[int, list[int]] | None:
+    """The best (position, nodes to insert there) lowering the excess at instant t, if any."""
+    excess = np.maximum(prof - budget, 0.0)
+    # sparse table: the max of prof over [i, j) in O(1), for the common "stays under" test
+    table = [prof]
+    while 2 ** len(table) <= len(prof):
+        h = 2 ** (len(table) - 1)
+        table.append(np.maximum(table[-1][:-h], table[-1][h:]))
+
+    levels = [lv.tolist() for lv in table]
+    size, cost_of, evictable, ins, producer = a.size_l, a.cost_l, a.evictable_l, a.ins, a.producer
+
+    def range_max(i: int, j: int) -> float:
+        k = (j - i).bit_length() - 1
+        lv = levels[k]
+        return max(lv[i], lv[j - (1 << k)])
+
+    loss_memo: dict[tuple[int, int], float] = {}
+    plan_memo: dict[tuple[int, int, int], tuple[float, float, list[int]]] = {}
+
+    def extend_loss(x: int, b: int) -> float:
+        key = (x, b)
+        r = loss_memo.get(key)
+        if r is None:
+            r = loss_memo[key] = _extend_loss(x, b)
+        return r
+
+    def _extend_loss(x: int, b: int) -> float:
+        # excess added by keeping x alive from its last read before b up to b
+        last = None
+        for iv in reversed(intervals[x]):
+            if iv[0] < b:
+                last = iv
+                break
+        if last is None:
+            return np.inf
+        ex = last[1]
+        if ex >= b:
+            return 0.0
+        if b <= ex + 1 or range_max(ex + 1, b) + size[x] <= budget:
+            return 0.0
+        return _segment_loss(prof, ex + 1, b, size[x], budget)
+
+    def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+        key = (p, b, d)
+        r = plan_memo.get(key)
+        if r is None:
+            r = plan_memo[key] = _plan(p, b, d)
+        return r
+
+    def _plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+        """(cost, excess added, nodes to insert before position b) to recompute node p there."""
+        cost, loss, nodes = cost_of[p], 0.0, []
+        for x in ins[p]:
+            keep = extend_loss(x, b)
+            if keep > 0 and d > 0 and evictable[x]:
+                c2, l2, n2 = plan(producer[x], b, d - 1)
+                # recompute x instead when that costs less excess per unit of extra cost
+                if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
+                    cost, loss, nodes = cost + c2, loss + l2, nodes + n2
+                    continue
+            loss += keep
+        return cost, loss, nodes + [p]
+
+    n_t = seq[t]
+    touched = set(a.ins[n_t]) | set(a.outs[n_t])
+    cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, gain, b)
+    for v in np.flatnonzero(a.evictable):
+        v = int(v)
+        if v in touched:
+            continue
+        for s, e, uses in intervals[v]:
+            if not s < t < e:
+                continue
+            before = [u for u in uses if u < t]
+            lo = before[-1] if before else s
+            b = next(u for u in uses if u > t)
+            gain = float(np.sum(np.minimum(excess[lo + 1 : b], a.size[v])))
+            cands.append((gain / max(float(a.cost[a.producer[v]]), 1e-9), v, b))
+            break
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    best: tuple[int, list[int]] | None = None
+    best_score = 0.0
+    for bound, v, b in cands:
+        if bound <= best_score:
+            break  # the loss is >= 0 and the cost >= the producer's: no later one wins
+        cost, loss, nodes = plan(a.producer[v], b, depth)
+        # the inserted instant itself: what is live before position b, with the producer's
+        # outputs (about v's bytes) and the other inserted nodes' outputs (inputs of the producer)
+        at_b = seq[b]
+        inserted = prof[b] - a.out_size[at_b] - a.workspace[at_b] + a.workspace[nodes[-1]]
+        inserted += sum(a.out_size[m] for m in dict.fromkeys(nodes[:-1]))
+        loss += max(0.0, inserted - budget)
+        score = (bound * max(float(a.cost[a.producer[v]]), 1e-9) - loss) / max(cost, 1e-9)
+        if score > best_score:
+            best, best_score = (b, nodes), score
+    return best

@@ -1,0 +1,128 @@
+"""auto, the default solver (a portfolio), and the greedy changes it relies on: the branch and
+bound across strategies and the low-memory order used when nothing fits in the graph's order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remat_cli import generators as G
+from remat_cli.graph import Graph
+from remat_cli.runner import run_solver
+from remat_cli.schedule import baseline, peak_lower_bound, simulate, steps_from_sequence
+from remat_cli.solver import SolveOptions
+from remat_cli.solvers import auto
+from remat_cli.solvers.greedy import STRATEGIES, Greedy, low_memory_order
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERED = G.random_layered(30, seed=1)
+
+
+def budget(g: Graph, fraction: float) -> int:
+    return max(int(fraction * baseline(g).peak_memory), peak_lower_bound(g))
+
+
+def test_auto_is_the_default_of_remat_solve(tmp_path: Path) -> None:
+    p = tmp_path / "g.json"
+    p.write_text(LAYERED.to_json())
+    proc = subprocess.run(
+        [sys.executable, "-m", "remat_cli", "solve", str(p), "--budget", "95%", "--time-limit", "3", "-q"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    # a loaded machine may leave 3 s too little for any schedule: then the error names auto
+    assert proc.returncode in (0, 1), proc.stderr
+    if proc.returncode == 1:
+        assert "found by auto" in proc.stderr
+        return
+    s = json.loads(proc.stdout)
+    assert s["solver"]["name"] == "auto"
+    assert s["solver"]["message"].startswith("auto: ") and " won; also ran " in s["solver"]["message"]
+    assert s["summary"]["peak_memory"] <= budget(LAYERED, 0.95)
+
+
+def test_auto_in_two_processes_is_no_worse_than_its_warm_start() -> None:
+    g, b = LAYERED, budget(LAYERED, 0.85)
+    greedy, _ = run_solver(g, b, "greedy", SolveOptions(workers=1))
+    schedule, result = run_solver(g, b, "auto", SolveOptions(time_limit=20, workers=2, seed=0))
+    assert schedule is not None
+    assert "(2 lanes in parallel)" in (result.message or "")
+    winner = result.params["winner"]
+    assert result.message.startswith(f"auto: {winner} ")
+    if greedy is not None and greedy.summary.peak_memory <= b:
+        assert schedule.summary.peak_memory <= b and schedule.summary.cost <= greedy.summary.cost
+    assert result.params["lanes"] == auto.portfolio(g)
+    # every lane's solver is accounted for in the message
+    for name in sum(result.params["lanes"], []):
+        assert name in result.message
+
+
+def test_auto_returns_the_best_of_what_ran() -> None:
+    """One exact lane, in this process: auto's cost is moccasin's own optimum (or greedy's when
+    that is cheaper), and an exact winner's proof is passed on."""
+    g = G.random_layered(14, seed=1)
+    b = budget(g, 0.85)
+    alone, res = run_solver(g, b, "moccasin", SolveOptions(time_limit=30, workers=1))
+    assert alone is not None and res.status == "optimal"
+    schedule, result = run_solver(
+        g, b, "auto", SolveOptions(time_limit=30, workers=1, params={"portfolio": "moccasin"})
+    )
+    assert schedule is not None
+    assert schedule.summary.cost <= alone.summary.cost + 1e-9
+    if result.params["winner"] == "moccasin":
+        assert schedule.solver.status == "optimal"
+    assert "one after the other" in (result.message or "")
+
+
+def test_auto_below_the_lower_bound_reports_its_lowest_peak() -> None:
+    g = LAYERED
+    b = peak_lower_bound(g) - 1
+    schedule, result = run_solver(g, b, "auto", SolveOptions(time_limit=2, workers=1))
+    assert result.status == "infeasible" and result.best_peak is not None and result.best_peak > b
+    assert schedule is None or schedule.solver.status == "infeasible"
+
+
+def test_low_memory_order_is_a_topological_order_with_no_higher_peak_on_a_unet() -> None:
+    g = G.unet(depth=3, convs=2, seed=1)
+    order = low_memory_order(g)
+    assert sorted(order) == sorted(g.needed_nodes)
+    sim = simulate(g, steps_from_sequence(g, order))  # raises unless every input is ready
+    assert sim.cost == pytest.approx(baseline(g).cost)  # reordering recomputes nothing
+
+
+def test_greedy_fits_where_only_a_reordering_does() -> None:
+    """A budget at the peak of the low-memory order without any recomputation, below the graph
+    order's baseline peak: a schedule exists, so greedy must find one."""
+    for seed in range(6):
+        g = G.random_layered(40, seed=seed)
+        low = simulate(g, steps_from_sequence(g, low_memory_order(g))).peak_memory
+        if low < baseline(g).peak_memory:
+            break
+    else:
+        pytest.fail("no generated graph where the low-memory order helps")
+    result = Greedy().solve(g, low, Greedy().resolve(SolveOptions(workers=1)))
+    assert result.status == "feasible", result.message
+    assert simulate(g, result.steps).peak_memory <= low
+
+
+@pytest.mark.parametrize("fraction", [0.8, 0.7])
+def test_greedy_branch_and_bound_keeps_the_cheapest_strategy(fraction: float) -> None:
+    """Cutting a strategy once it costs more than the best so far never loses the best."""
+    g = G.random_layered(40, seed=1)
+    b = budget(g, fraction)
+    costs: dict[bool, list[float]] = {True: [], False: []}  # by "reordered"
+    for s in STRATEGIES[:-1]:
+        r = Greedy().solve(g, b, Greedy().resolve(SolveOptions(workers=1, params={"strategy": s})))
+        if r.status == "feasible":
+            costs["low-memory order" in (r.message or "")].append(simulate(g, r.steps).cost)
+    r = Greedy().solve(g, b, Greedy().resolve(SolveOptions(workers=1)))
+    # the reordering is tried only when no strategy fits in the graph's order
+    best = costs[False] or costs[True]
+    if best:
+        assert r.status == "feasible" and simulate(g, r.steps).cost == pytest.approx(min(best))

@@ -187,6 +187,8 @@ def read_schedule(path: str) -> Schedule:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"cannot read schedule {path}: {e}") from None
+    except RecursionError:
+        raise BadInput(f"cannot read schedule {path}: JSON is nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != "remat-schedule":
         raise BadInput(f"{path} is not a remat-schedule file")
     return Schedule.model_validate(data)

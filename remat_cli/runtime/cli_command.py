@@ -75,6 +75,12 @@ def run_command(
     def go() -> None:
         graph = read_graph(model_path, input_shapes, batch, cost)
         schedule = read_schedule(schedule_path)
+        from pathlib import Path
+
+        from remat_cli.importers.onnx import check_external_data, read_model
+
+        # running needs the weights: refuse missing or hostile external data before onnx reads it
+        check_external_data(read_model(model_path), Path(model_path).parent, require_files=True)
         try:
             inputs = read_inputs(inputs_path) if inputs_path else None
         except (OSError, ValueError) as e:

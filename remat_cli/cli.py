@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from remat_cli import generators
+from remat_cli import generators, watchdog
 from remat_cli.budget import BUDGET_HELP, parse_budget
 from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
@@ -38,9 +38,9 @@ from remat_cli.cli_common import (
 )
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, baseline, peak_lower_bound, simulate
-from remat_cli.solve import run_solver
 from remat_cli.solvers import registry
 from remat_cli.solvers.base import Param, SolveOptions, Solver
+from remat_cli.watchdog import run_guarded
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -131,6 +131,7 @@ def solve(
     Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
     `remat solvers NAME` lists them.
     """
+    watchdog.exit_on_sigterm()
     solver = registry.get(solver_name)
     params = parse_solver_args(solver, ctx.args)
     state, reason = solver.availability()
@@ -157,12 +158,16 @@ def solve(
             )
 
         options.on_progress = show if not quiet else None
-        schedule, result = run_solver(graph, budget_bytes, solver_name, options)
+        outcome = run_guarded(graph, budget_bytes, solver_name, options, watchdog.COMMAND_STARTED)
+    schedule, result = outcome.schedule, outcome.result
+    # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
+    code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal
     if schedule is None:
         peak = f"; lowest peak reached {result.best_peak:,} B" if result.best_peak else ""
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name} ({result.status}{peak}; "
-            f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}"
+            f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}",
+            code,
         )
     if not quiet:
         print_summary(schedule)
@@ -170,9 +175,12 @@ def solve(
         # Keep the user's output file untouched: nothing within budget was found.
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
-            f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)"
+            f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)",
+            code,
         )
     emit(schedule.to_json(), output)
+    if outcome.signal is not None:
+        sys.exit(128 + outcome.signal)
 
 
 @main.command()

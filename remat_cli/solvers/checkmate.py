@@ -841,6 +841,8 @@ def warm_start_steps(
         res = greedy.solve(graph, budget, sub)
         if res.steps is not None:
             out.append(("greedy", res.steps))
+            if simulate(graph, res.steps).peak_memory <= budget:
+                options.incumbent(res.steps)  # model building may outlast the time limit (issue 20)
     except Exception:  # greedy is optional (another module); the baseline always exists
         pass
     rem = options.remaining()
@@ -857,6 +859,7 @@ def warm_start_steps(
             res = mocc.solve(graph, budget, sub)
             if res.steps is not None and simulate(graph, res.steps).peak_memory <= budget:
                 out.append((f"moccasin ({res.status})", res.steps))
+                options.incumbent(res.steps)
         except Exception:  # moccasin is another module; the MILP runs without it
             pass
     out.append(("baseline", baseline_steps(graph)))

@@ -1473,6 +1473,7 @@ class _Solve:
 
     def run(self) -> SolverResult:
         g = self.g
+        self.early_incumbent()
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
@@ -1638,6 +1639,19 @@ class _Solve:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def early_incumbent(self) -> None:
+        """Greedy's schedule as an incumbent at once: the hierarchy's leaf ILPs may use up the
+        whole time limit, and a watchdog then returns the last incumbent (issue 20)."""
+        from remat_cli.solvers import registry
+
+        if self.opt.on_incumbent is None or "greedy" not in registry.names():
+            return
+        greedy = registry.get("greedy")
+        left = min(5.0, self.limit) if self.limit is not None else 5.0
+        r = greedy.solve(self.g, self.budget, SolveOptions(time_limit=left, seed=self.opt.seed, workers=1))
+        if r.steps is not None and simulate(self.g, r.steps).peak_memory <= self.budget:
+            self.opt.incumbent(r.steps)
 
     # ---- hierarchy: partition, then solve units bottom-up ----
     def hierarchy(self, ctx: Ctx) -> list[Unit]:

@@ -228,7 +228,7 @@ def _run(
             h0 = c0[cand] / denom  # h with the producer's cost alone: a lower bound of e*'s h
         if not estar:
             return int(cand[np.argmin(h0)])
-        order = np.argsort(h0, kind="stable")
+        order = _smallest(h0, ESTAR_TOP)
         best, best_h = int(cand[order[0]]), inf
         for j in order[:ESTAR_TOP]:
             if h0[j] >= best_h:
@@ -499,8 +499,23 @@ def _best_split(
 
 
 STRATEGIES = ("split", "split-shallow", "belady-estar-lazy", "belady-estar", "dtr-estar")
+#: "auto" leaves the split strategies out above this many computes: each split round decodes
+#: the whole sequence again, so the pass is quadratic (a 100,000-node graph would take hours)
+SPLIT_MAX_PROGRAM = 20_000
 #: fractions of the budget each strategy aims at, in turn, until its schedule fits
 TARGETS = (1.0, 0.98, 0.95, 0.9)
+
+
+def _smallest(h: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(h, kind="stable")[:k]`` in O(len(h)) rather than O(len(h) log len(h)): the
+    eviction scan calls this once per eviction (issue 20, scale)."""
+    if k >= len(h):
+        return np.argsort(h, kind="stable")
+    threshold = np.partition(h, k - 1)[k - 1]
+    if np.isnan(threshold):
+        return np.argsort(h, kind="stable")[:k]
+    idx = np.flatnonzero(h <= threshold)  # ascending: ties stay in index order, as in a stable sort
+    return idx[np.argsort(h[idx], kind="stable")][:k]
 
 
 class Greedy(Solver):
@@ -537,6 +552,8 @@ class Greedy(Solver):
         choice = str(options.params.get("strategy", "auto"))
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only
         strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
+        if choice == "auto" and len(a.program) > SPLIT_MAX_PROGRAM:
+            strategies = tuple(x for x in strategies if not x.startswith("split"))
 
         def out_of_time() -> bool:
             # a binding time limit would make the result depend on the clock; with one worker (the

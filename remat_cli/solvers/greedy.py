@@ -500,8 +500,8 @@ def _best_split(
 
 STRATEGIES = ("split", "split-shallow", "belady-estar-lazy", "belady-estar", "dtr-estar")
 #: "auto" leaves the split strategies out above this many computes: each split round decodes
-#: the whole sequence again, so the pass is quadratic (a 100,000-node graph would take hours)
-SPLIT_MAX_PROGRAM = 20_000
+#: the whole sequence again, so the pass is quadratic (2,000 nodes: a minute; 100,000: days)
+SPLIT_MAX_PROGRAM = 5_000
 #: fractions of the budget each strategy aims at, in turn, until its schedule fits
 TARGETS = (1.0, 0.98, 0.95, 0.9)
 

@@ -168,6 +168,7 @@ def solve(
             f"no schedule within {budget_bytes:,} B found by {solver_name} ({result.status}{peak}; "
             f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}",
             code,
+            exit=watchdog.exit_fast,
         )
     if not quiet:
         print_summary(schedule)
@@ -177,10 +178,10 @@ def solve(
             f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
             f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)",
             code,
+            exit=watchdog.exit_fast,
         )
     emit(schedule.to_json(), output)
-    if outcome.signal is not None:
-        sys.exit(128 + outcome.signal)
+    watchdog.exit_fast(EXIT_OK if outcome.signal is None else 128 + outcome.signal)
 
 
 @main.command()

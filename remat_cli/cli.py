@@ -437,7 +437,7 @@ _seed = click.option("--seed", type=int, default=0, show_default=True)
 
 
 @generate.command("linear")
-@click.option("--n", type=int, default=8, show_default=True, help="Forward nodes.")
+@click.option("--n", type=click.IntRange(1, 10**6), default=8, show_default=True, help="Forward nodes.")
 @click.option("--size", type=int, default=None, help="Bytes per activation (default: random).")
 @_seed
 @_out
@@ -448,7 +448,7 @@ def generate_linear(n: int, size: int | None, seed: int, output: str | None) -> 
 
 
 @generate.command("random-layered")
-@click.option("--n", type=int, default=100, show_default=True, help="Nodes.")
+@click.option("--n", type=click.IntRange(1, 10**5), default=100, show_default=True, help="Nodes.")
 @click.option("--width", type=float, default=0.3, show_default=True, help="Relative layer width.")
 @click.option("--nlv", type=float, default=0.75, show_default=True, help="Layer-width variation.")
 @click.option("--ed", type=float, default=0.2, show_default=True, help="Edge density to the next layer.")
@@ -464,8 +464,10 @@ def generate_random_layered(
 
 
 @generate.command("unet")
-@click.option("--depth", type=int, default=3, show_default=True)
-@click.option("--convs", type=int, default=2, show_default=True, help="Convolutions per block.")
+@click.option("--depth", type=click.IntRange(1, 12), default=3, show_default=True)
+@click.option(
+    "--convs", type=click.IntRange(1, 100), default=2, show_default=True, help="Convolutions per block."
+)
 @_seed
 @_out
 @friendly_errors
@@ -475,7 +477,7 @@ def generate_unet(depth: int, convs: int, seed: int, output: str | None) -> None
 
 
 @generate.command("transformer")
-@click.option("--layers", type=int, default=4, show_default=True)
+@click.option("--layers", type=click.IntRange(1, 10**4), default=4, show_default=True)
 @_seed
 @_out
 @friendly_errors

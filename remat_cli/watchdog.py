@@ -62,7 +62,8 @@ def exit_on_sigterm() -> None:
         print("remat: interrupted (SIGTERM)", file=sys.stderr)
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
+    if sys.stdout is sys.__stdout__:  # not under a test runner, whose own handler stays
+        signal.signal(signal.SIGTERM, stop)
 
 
 def exit_fast(code: int) -> None:

@@ -66,7 +66,7 @@ from functools import reduce
 from ortools.sat.python import cp_model
 
 from remat_cli.graph import Graph, NodeView
-from remat_cli.schedule import Step, baseline_steps, steps_from_sequence
+from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
 from remat_cli.solvers.base import Param, SolveOptions, Solver, SolverResult
 
 #: with one worker the search is stopped on CP-SAT's deterministic time (so a seed gives the same
@@ -835,6 +835,8 @@ class Moccasin(Solver):
                     break
                 calls += 1
                 steps = self._greedy(graph, int(budget * frac), options, strategy)
+                if steps and frac == 1 and simulate(graph, steps).peak_memory <= budget:
+                    options.incumbent(steps)  # the model may outlast the time limit (issue 20)
                 label = "greedy" if frac == 1 else f"greedy {strategy}@{frac:.1%}"
                 fits = bool(steps and add(label, steps)) or fits
             if fits:

@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--solvers", default=None, help="comma-separated (default: every available one)")
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--every", type=int, default=100, help="write results every N graphs")
+    ap.add_argument("--name", default="fuzz", help="bench/results/NAME.json (shards of one run)")
     args = ap.parse_args()
     names = args.solvers.split(",") if args.solvers else registry.names()
     names = [n for n in names if registry.get(n).availability()[0] == "available"]
@@ -49,7 +50,7 @@ def main() -> None:
 
     def save() -> None:
         write_results(
-            "fuzz",
+            args.name,
             [
                 {
                     "solver": n,

@@ -5,11 +5,14 @@ bench/fuzz.py runs the same checks on ≥ 10,000 graphs (bench/results/fuzz.json
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from remat_cli.graph import Graph
 from remat_cli.solvers import registry
 from remat_cli.solvers.greedy import _smallest
 from tests.bruteforce import brute_force_min_cost
@@ -33,6 +36,20 @@ def test_solver_keeps_its_promises(solver: str, case) -> None:  # noqa: ANN001
         return
     broken = check(g, budget, solver, brute_force_min_cost(g, budget))
     assert broken is None, f"{solver} at budget {budget} on {g.to_json()}: {broken}"
+
+
+#: found by bench/fuzz.py (graph 778, seed 0): moccasin claimed "optimal" at cost 28 where
+#: freeing n2's unused 73-byte output apart from its other output gives 20
+MOCCASIN_SPLIT_OUTPUTS = json.loads(
+    '{"format": "remat-graph", "version": 1, "name": "fuzz", "values": [{"id": "x0", "size": 28, "role": "input"}, {"id": "x1", "size": 38, "role": "input"}, {"id": "v0_0", "size": 74, "role": "intermediate"}, {"id": "v1_0", "size": 7, "role": "intermediate"}, {"id": "v2_0", "size": 73, "role": "intermediate"}, {"id": "v2_1", "size": 25, "role": "intermediate"}, {"id": "v3_0", "size": 24, "role": "intermediate"}, {"id": "v4_0", "size": 0, "role": "intermediate"}, {"id": "v4_1", "size": 26, "role": "intermediate"}, {"id": "v5_0", "size": 18, "role": "intermediate"}, {"id": "v5_1", "size": 10, "role": "intermediate"}], "nodes": [{"id": "n0", "inputs": [], "outputs": ["v0_0"], "cost": 8.0, "workspace": 24, "recomputable": true}, {"id": "n1", "inputs": [], "outputs": ["v1_0"], "cost": 4.0, "workspace": 7, "recomputable": true}, {"id": "n2", "inputs": ["v0_0"], "outputs": ["v2_0", "v2_1"], "cost": 1.0, "workspace": 20, "recomputable": false}, {"id": "n3", "inputs": ["x0", "v2_1"], "outputs": ["v3_0"], "cost": 7.0, "workspace": 0, "recomputable": true}, {"id": "n4", "inputs": ["v2_1"], "outputs": ["v4_0", "v4_1"], "cost": 1.0, "workspace": 0, "recomputable": false}, {"id": "n5", "inputs": ["v0_0", "v4_1"], "outputs": ["v5_0", "v5_1"], "cost": 10.0, "workspace": 0, "recomputable": true}], "outputs": ["v5_0"]}'
+)
+
+
+def test_found_by_the_fuzzer_moccasin_multi_output_optimality() -> None:
+    g = Graph.model_validate(MOCCASIN_SPLIT_OUTPUTS)
+    budget = 258
+    assert brute_force_min_cost(g, budget) == 20.0
+    assert check(g, budget, "moccasin", 20.0) is None
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -733,6 +733,12 @@ def _local_sequence(m: _Model, graph: Graph, steps: list[Step]) -> list[int]:
 # ---------------------------------------------------------------- the solver
 
 
+def _split_outputs(graph: Graph) -> bool:
+    """Whether a needed node has two outputs of nonzero size (which a schedule may free apart)."""
+    vm = graph.value_map
+    return any(sum(1 for v in graph.node_map[n].outputs if vm[v].size > 0) > 1 for n in graph.needed_nodes)
+
+
 class Moccasin(Solver):
     name = "moccasin"
     method = "retention-interval constraint program (CP-SAT), two phases"
@@ -1002,6 +1008,12 @@ class Moccasin(Solver):
         optimal = status == cp_model.OPTIMAL or bound >= obj
         gap = (obj - bound) / obj if obj else 0.0
         notes.append(f"phase 2: {solver.status_name(status).lower()}, gap {gap:.2%}")
+        if _split_outputs(graph):
+            # The model keeps a node's outputs together (one block): where they could be freed
+            # apart, its optimum and bound are those of a restricted space, not the graph's
+            # (found by the fuzzer against brute force, issue 20)
+            optimal, bound = False, None
+            notes.append("outputs of multi-output nodes kept together: no optimality claim")
         return self._result(
             _decode(m, graph, ivs), "optimal" if optimal else "feasible", obj, bound, unit, used, notes
         )

@@ -116,6 +116,8 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Locks of the inherited stdio objects may be held by a parent thread (the spinner): fresh ones.
+    # stdout carries the schedule JSON: nothing of the solver's (native engines' logs included)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     sys.stderr = open(os.dup(2), "w")  # noqa: SIM115
     last_progress = [0.0]

@@ -222,10 +222,13 @@ def run_guarded(
         # with or without a result: the child has nothing more to give, and its own teardown
         # (thread pools, JIT caches) should not count against the time limit
         if child.pid is not None and child.is_alive():
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # its group (the solver's own workers), and the child itself in case the signal came
+            # before it made that group: an orphan would keep running and hold our stderr open
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(child.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         if child.pid is not None:
             child.join(5)
         receive.close()

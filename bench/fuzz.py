@@ -34,7 +34,11 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--every", type=int, default=100, help="write results every N graphs")
     ap.add_argument("--name", default="fuzz", help="bench/results/NAME.json (shards of one run)")
+    ap.add_argument("--merge", default=None, help="comma-separated result names: sum them into NAME")
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge.split(","), args.name)
+        return
     names = args.solvers.split(",") if args.solvers else registry.names()
     names = [n for n in names if registry.get(n).availability()[0] == "available"]
     rng = np.random.default_rng(args.seed)
@@ -99,6 +103,35 @@ def main() -> None:
             )
     save()
     print(f"{done} graphs, {sum(runs.values())} solver runs, {len(failures)} failures")
+
+
+def merge(shards: list[str], name: str) -> None:
+    """One record from several runs (shards with their own seeds): counts summed, each shard's
+    command, graphs and failures kept."""
+    import json
+
+    from common import RESULTS
+
+    records = [json.loads((RESULTS / f"{s}.json").read_text()) for s in shards]
+    rows: dict[str, dict] = {}
+    for r in records:
+        for row in r["rows"]:
+            t = rows.setdefault(
+                row["solver"], {"solver": row["solver"], "runs": 0, "statuses": {}, "failures": 0}
+            )
+            t["runs"] += row["runs"]
+            t["failures"] += row["failures"]
+            for k, v in row["statuses"].items():
+                t["statuses"][k] = t["statuses"].get(k, 0) + v
+    shard_info = [
+        {k: r[k] for k in ("command", "date", "graphs", "seconds", "failures")} | {"name": s}
+        for s, r in zip(shards, records, strict=True)
+    ]
+    total = sum(r["graphs"] for r in records)
+    path = write_results(
+        name, list(rows.values()), graphs=total, shards=shard_info, note=records[0].get("note")
+    )
+    print(f"{total} graphs from {len(shards)} runs -> {path}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ BUDGET_HELP = (
 )
 
 
+#: budgets are int64 in the engines
+MAX_BUDGET = 2**63 - 1
+
+
 class BudgetError(ValueError):
     pass
 
@@ -36,12 +40,19 @@ def parse_budget(text: str, baseline_peak: int | None = None) -> int:
     if unit == "%":
         if baseline_peak is None:
             raise BudgetError("a percentage budget needs the graph's baseline peak")
+        if not 0 < number <= 100:
+            raise BudgetError(
+                f"budget {text!r}: a percentage of the baseline peak must be above 0% and at most 100%"
+            )
         return int(number / 100.0 * baseline_peak)
     if unit not in _UNITS:
         raise BudgetError(
             f"unknown unit {m.group(2)!r} in budget {text!r} (use B, KB, MB, GB, KiB, MiB, GiB or %)"
         )
-    return int(number * _UNITS[unit])
+    value = number * _UNITS[unit]
+    if value > MAX_BUDGET:
+        raise BudgetError(f"budget {text!r} is too large (at most {MAX_BUDGET:,} bytes)")
+    return int(value)
 
 
 def parse_device_budgets(text: str, baseline_peak: int | None = None) -> dict[str, int] | None:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from remat_cli import generators, registry
+from remat_cli import generators, registry, watchdog
 from remat_cli.budget import BUDGET_HELP, parse_budget
 from remat_cli.cli_common import (
     EXIT_INFEASIBLE,
@@ -45,10 +45,10 @@ from remat_cli.commands.plan import plan as plan_command
 from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
-from remat_cli.runner import run_solver
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver
 from remat_cli.sweep.runner import solve_in_subprocess
+from remat_cli.watchdog import run_guarded
 
 
 # ---- solver-specific options: --name-with-dashes after the solver is known ----
@@ -150,6 +150,7 @@ def solve(
     Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
     `remat solvers NAME` lists them.
     """
+    watchdog.exit_on_sigterm()
     check_writable(output)
     if not quiet and registry.numba_cache_cold(solver_name):
         click.echo(  # not err.print: rich would wrap the line
@@ -186,12 +187,17 @@ def solve(
             )
 
         options.on_progress = show if not quiet else None
-        schedule, result = run_solver(graph, budget_bytes, solver_name, options)
+        outcome = run_guarded(graph, budget_bytes, solver_name, options, watchdog.COMMAND_STARTED)
+    schedule, result = outcome.schedule, outcome.result
+    # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
+    code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal
     if schedule is None:
         peak = f"; lowest peak reached {result.best_peak:,} B" if result.best_peak else ""
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name} ({result.status}{peak}; "
-            f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}"
+            f"lower bound {peak_lower_bound(graph):,} B){': ' + result.message if result.message else ''}",
+            code,
+            exit=watchdog.exit_fast,
         )
     if not quiet:
         print_summary(schedule)
@@ -202,13 +208,18 @@ def solve(
                 f"no schedule within {budget_bytes:,} B found by {solver_name}: smallest arena "
                 f"{schedule.memory_plan.arena:,} B + resident {graph.resident_bytes:,} B = "
                 f"{graph.resident_bytes + schedule.memory_plan.arena:,} B (lower bound "
-                f"{int(schedule.solver.lower_bound or peak_lower_bound(graph)):,} B)"
+                f"{int(schedule.solver.lower_bound or peak_lower_bound(graph)):,} B)",
+                code,
+                exit=watchdog.exit_fast,
             )
         fail(
             f"no schedule within {budget_bytes:,} B found by {solver_name}: lowest peak reached "
-            f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)"
+            f"{schedule.summary.peak_memory:,} B (lower bound {peak_lower_bound(graph):,} B)",
+            code,
+            exit=watchdog.exit_fast,
         )
     emit(schedule.to_json(), output)
+    watchdog.exit_fast(EXIT_OK if outcome.signal is None else 128 + outcome.signal)
 
 
 @main.command()

@@ -46,9 +46,10 @@ class BadInput(click.ClickException):
         click.echo(f"remat: error: {self.message}", err=True)
 
 
-def fail(message: str, code: int = EXIT_INFEASIBLE) -> NoReturn:
+def fail(message: str, code: int = EXIT_INFEASIBLE, exit: Callable[[int], Any] = sys.exit) -> NoReturn:
     click.echo(f"remat: {message}", err=True)
-    sys.exit(code)
+    exit(code)
+    raise SystemExit(code)  # for an `exit` that returns
 
 
 def friendly_errors(fn: F) -> F:

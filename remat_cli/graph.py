@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,6 +20,8 @@ Phase = Literal["forward", "backward", "loss", "other"]
 
 GRAPH_FORMAT = "remat-graph"
 GRAPH_VERSION = 1
+#: sizes are int64 in every engine (numpy, OR-Tools, HiGHS); a graph whose bytes overflow it is refused
+MAX_BYTES = 2**63 - 1
 
 
 class GraphError(ValueError):
@@ -50,13 +52,13 @@ class Node(BaseModel):
     id: str
     inputs: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(min_length=1)
-    cost: float = Field(default=1.0, ge=0)
+    cost: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     workspace: int = Field(default=0, ge=0, description="temporary bytes while it runs")
     op: str | None = None
     phase: Phase | None = None
     grad_of: str | None = None
     recomputable: bool = True
-    device_costs: dict[str, float] | None = None
+    device_costs: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
     source: list[str] | None = Field(default=None, description="runtime names it stands for")
 
 
@@ -207,6 +209,7 @@ def _validate(g: Graph) -> None:
                 raise GraphError(f"duplicate {what} id {i!r}")
             seen.add(i)
 
+    _check_sizes(g)
     dup((v.id for v in g.values), "value")
     dup((n.id for n in g.nodes), "node")
     values = {v.id: v for v in g.values}
@@ -271,6 +274,21 @@ def _check_devices(g: Graph, values: dict[str, Value]) -> None:
         for d in (c.source, c.target):
             if d not in ids:
                 raise GraphError(f"copy cost of {c.value!r} names unknown device {d!r}")
+
+
+def _check_sizes(g: Graph) -> None:
+    """Every size and their sum fit int64 (checked before anything allocates by them)."""
+    total = 0
+    for v in g.values:
+        if v.size > MAX_BYTES:
+            raise GraphError(f"value {v.id!r} has size {v.size} bytes, which overflows int64")
+        total += v.size
+    for n in g.nodes:
+        if n.workspace > MAX_BYTES:
+            raise GraphError(f"node {n.id!r} has workspace {n.workspace} bytes, which overflows int64")
+        total += n.workspace
+    if total > MAX_BYTES:
+        raise GraphError(f"the graph's sizes add up to {total} bytes, which overflows int64")
 
 
 def _check_acyclic_and_order(g: Graph, producer: dict[str, str]) -> None:

@@ -152,6 +152,8 @@ class Schedule(BaseModel):
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ScheduleError(f"cannot read schedule {path}: {e}") from None
+        except RecursionError:
+            raise ScheduleError(f"cannot read schedule {path}: JSON is nested too deeply") from None
         if not isinstance(data, dict) or data.get("format") != SCHEDULE_FORMAT:
             raise ScheduleError(f"{path} is not a remat-schedule file")
         return cls.model_validate(data)

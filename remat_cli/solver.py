@@ -134,6 +134,12 @@ class Solver(ABC):
             return "the graph has several devices and this solver schedules one (use --solver xengine)"
         return None
 
+    def prepare(self) -> None:
+        """Compile or load what solving needs (numba kernels) before the clock starts. The CLI
+        calls it before --time-limit counts, so a first solve after install does not spend its
+        time limit compiling; solve() must work without it."""
+        return None
+
     def notes(self) -> str:
         """Caveats shown by `remat solvers` (fallbacks, limits)."""
         return ""

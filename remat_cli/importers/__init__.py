@@ -25,14 +25,35 @@ def graph_from_data(data: Any, name: str | None = None) -> Graph:
     """A Graph from parsed JSON: remat-graph or networkx node-link."""
     try:
         if isinstance(data, dict) and data.get("format") == "remat-graph":
-            return Graph.model_validate(data)
+            return check_usable(Graph.model_validate(data))
         if looks_like_node_link(data):
-            return from_node_link(data, name=name)
+            return check_usable(from_node_link(data, name=name))
     except ValidationError as e:
         raise GraphError(_pydantic_message(e)) from None
+    except RecursionError:
+        raise GraphError("JSON is nested too deeply") from None
     raise GraphError(
         "JSON is neither remat-graph (format: remat-graph) nor networkx node-link (nodes, links)"
     )
+
+
+def check_usable(g: Graph) -> Graph:
+    """What a file must have for any command to work on it (a Graph built in code may lack it)."""
+    if not g.nodes:
+        raise GraphError("graph has no nodes")
+    if not g.outputs:
+        raise GraphError("graph has no graph outputs: nothing would need computing")
+    return g
+
+
+def parse_json(raw: bytes, where: str) -> Any:
+    """json.loads with one-line errors: invalid, non-UTF-8 and too deeply nested documents."""
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GraphError(f"{where} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise GraphError(f"{where}: JSON is nested too deeply") from None
 
 
 def load_graph(path: str | Path, **onnx_options: Any) -> Graph:
@@ -45,12 +66,11 @@ def load_graph(path: str | Path, **onnx_options: Any) -> Graph:
         raw = path.read_bytes()
     except OSError as e:
         raise GraphError(f"cannot read {path}: {e.strerror}") from None
+    if not raw.strip():
+        raise GraphError(f"{path} is empty")
     head = raw.lstrip()[:1]
     if head in (b"{", b"["):
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise GraphError(f"{path} is not valid JSON: {e}") from None
+        data = parse_json(raw, str(path))
         from remat_cli.importers.onnx import from_onnx_json, looks_like_onnx_json
 
         if looks_like_onnx_json(data):  # onnx.save_model writes JSON for a .json file name

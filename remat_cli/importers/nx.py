@@ -45,11 +45,38 @@ def _number(d: dict[str, Any], keys: tuple[str, ...], default: float) -> float:
 
 
 def from_node_link(data: dict[str, Any], name: str | None = None) -> Graph:
+    try:
+        return _from_node_link(data, name)
+    except GraphError:
+        raise
+    except RecursionError:
+        raise GraphError("node-link JSON is nested too deeply") from None
+    except (TypeError, ValueError, KeyError, AttributeError, SyntaxError, MemoryError) as e:
+        # pydantic's ValidationError is a ValueError: let the caller name its field
+        if type(e).__name__ == "ValidationError":
+            raise
+        raise GraphError(f"malformed node-link JSON: {type(e).__name__}: {e}") from None
+
+
+def _size(d: dict[str, Any], k: str) -> int:
+    raw = next((d[key] for key in ("out_cost", "cost_ram") if d.get(key) is not None), 0)
+    try:
+        size = float(raw)
+        if size < 0 or size != int(size):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise GraphError(f"node {k!r} has an invalid size {raw!r}") from None
+    return int(size)
+
+
+def _from_node_link(data: dict[str, Any], name: str | None) -> Graph:
     meta = data.get("graph") or {}
     if not isinstance(meta, dict):
         meta = {}
     raw_nodes = data["nodes"]
     links = data.get("links", data.get("edges", []))
+    if not isinstance(raw_nodes, list) or not isinstance(links, list):
+        raise GraphError("malformed node-link JSON: 'nodes' and 'links' must be lists")
     keys = [_node_key(d) for d in raw_nodes]
     labels = {k: str(d.get("name", k)) for k, d in zip(keys, raw_nodes, strict=True)}
     preds: dict[str, list[str]] = {k: [] for k in keys}
@@ -66,11 +93,8 @@ def from_node_link(data: dict[str, Any], name: str | None = None) -> Graph:
     values: list[Value] = []
     nodes: list[Node] = []
     for k, d in zip(keys, raw_nodes, strict=True):
-        size = _number(d, ("out_cost", "cost_ram"), 0)
-        if size < 0 or size != int(size):
-            raise GraphError(f"node {k!r} has an invalid size {size!r}")
         out = f"v{k}"
-        values.append(Value(id=out, size=int(size)))
+        values.append(Value(id=out, size=_size(d, k)))
         inputs = [f"v{u}" for u in preds[k]]
         param = int(_number(d, ("param_cost",), 0))
         if param:
@@ -91,7 +115,12 @@ def from_node_link(data: dict[str, Any], name: str | None = None) -> Graph:
         )
     order = meta.get("order")
     if isinstance(order, str):
-        order = ast.literal_eval(order)
+        try:  # literal_eval never runs code: names and calls are refused
+            order = ast.literal_eval(order)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise GraphError(f"graph.order is not a list literal: {order[:60]!r}") from None
+    if order is not None and not isinstance(order, list | tuple):
+        raise GraphError("graph.order must be a list of node ids")
     return Graph(
         name=name or str(meta.get("name", "graph")),
         values=values,

@@ -61,7 +61,9 @@ How an ONNX model becomes a remat-graph (DESIGN.md §1):
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -224,6 +226,7 @@ def from_onnx_model(
     m = ModelProto()
     m.CopyFrom(upgraded)
     if base_dir is not None:
+        check_external_data(m, Path(base_dir))
         _inline_small_int_initializers(m.graph, Path(base_dir))
     symbols = _fix_input_dims(m.graph, input_shapes or {}, batch)
     inferred, no_symbolic = _infer_shapes(m)
@@ -372,6 +375,51 @@ def _inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
             t.data_location = TensorProto.DEFAULT
 
 
+def _all_tensors(g: GraphProto) -> Iterable[TensorProto]:
+    """Initializers and attribute tensors of `g` and its subgraphs: all that may be external."""
+    yield from g.initializer
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+        for sub in _subgraphs(n):
+            yield from _all_tensors(sub)
+
+
+def check_external_data(model: ModelProto, base_dir: Path, *, require_files: bool = False) -> None:
+    """Refuse external-data locations that leave the model's folder (``../``, absolute paths,
+    symlinks out) or name something that is not a file; with `require_files` (running the
+    model needs its weights) also missing files and ranges past a file's end. GraphError names
+    the tensor. Reading nothing, this is safe to call before onnx or onnxruntime open anything."""
+    from onnx.external_data_helper import uses_external_data
+
+    folder = base_dir.resolve()
+    for t in _all_tensors(model.graph):
+        if not uses_external_data(t):
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        where = f"external data of tensor {t.name!r} ({location!r})"
+        if not location:
+            raise GraphError(f"external data of tensor {t.name!r} has no location")
+        target = (folder / location).resolve()  # absolute locations replace the folder
+        if Path(location).is_absolute() or not target.is_relative_to(folder):
+            raise GraphError(f"{where} points outside the model's folder {str(folder)!r}; refused")
+        if target.exists() and not target.is_file():
+            raise GraphError(f"{where} is not a file")
+        if not require_files:
+            continue
+        if not target.exists():
+            raise GraphError(f"{where} is missing: {location} is not in {str(folder)!r}")
+        try:
+            end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        except ValueError:
+            raise GraphError(f"{where} has a non-integer offset or length") from None
+        if end > target.stat().st_size:
+            raise GraphError(f"{where} ends at byte {end}, past the end of {location}")
+
+
 def _fix_input_dims(
     g: GraphProto, input_shapes: Mapping[str, Sequence[int]], batch: int | None
 ) -> dict[str, int]:
@@ -455,7 +503,15 @@ def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     except ImportError as e:  # it needs sympy (a declared dependency): say so, never a wrong hint
         return inferred, (f"onnxruntime's symbolic shape inference is unavailable ({e}; pip install sympy)")
     try:
-        sym = SymbolicShapeInference.infer_shapes(inferred)
+        # When it gives up it saves "sym_shape_infer_temp.onnx" (and its external data) into the
+        # working directory: let it do so in a temporary folder, never in the user's.
+        with tempfile.TemporaryDirectory(prefix="remat-shape-") as tmp:
+            here = os.getcwd()
+            os.chdir(tmp)  # contextlib.chdir is 3.11+
+            try:
+                sym = SymbolicShapeInference.infer_shapes(inferred)
+            finally:
+                os.chdir(here)
     except Exception as e:  # unknown ops, external data it cannot read: keep onnx's result
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return inferred, f"onnxruntime's symbolic shape inference failed: {first[:200]}"
@@ -671,6 +727,7 @@ class _Builder:
         self.ids = ids
         self.types = types
         self.producer_id = {o: ids[k] for k, n in enumerate(g.node) for o in n.output if o}
+        self.producer_node = {o: n for n in g.node for o in n.output if o}
 
     @cached_property
     def _hint(self) -> str:
@@ -695,6 +752,12 @@ class _Builder:
         if isinstance(t, str):
             raise GraphError(f"{where} is a {t.replace('_type', '')}, not a tensor; its size is unknown")
         if not tensor or t.shape is None:  # type: ignore[union-attr]
+            unknown = _unknown_op(self.producer_node.get(name))
+            if unknown:
+                raise GraphError(
+                    f"shape of {where} could not be inferred: unknown operator {unknown!r}; "
+                    "declare the output's shape in the model's value_info"
+                )
             cause = f" ({self.no_symbolic})" if self.no_symbolic else ""
             raise GraphError(f"shape of {where} could not be inferred{cause}; {self._hint}")
         if shape is None:
@@ -763,6 +826,18 @@ class _Builder:
             if b is not None and values[b].role == "intermediate":
                 outputs.append(b)  # a view output at the end needs the tensor it aliases
         return list(values.values()), nodes, list(dict.fromkeys(outputs)), infos
+
+
+def _unknown_op(n: NodeProto | None) -> str | None:
+    """`domain.op` when no registered ONNX schema defines node n's operator, else None."""
+    if n is None:
+        return None
+    try:
+        if onnx.defs.has(n.op_type, n.domain):
+            return None
+    except Exception:  # an onnx without this lookup: say nothing rather than guess
+        return None
+    return f"{n.domain}.{n.op_type}" if n.domain else n.op_type
 
 
 def _recomputable(n: NodeProto) -> bool:

@@ -88,6 +88,12 @@ def run_command(
                 f"{schedule_path} is a schedule on devices {', '.join(schedule.budgets)}: "
                 "pass the graph it was solved for with --graph GRAPH.json"
             )
+        from pathlib import Path
+
+        from remat_cli.importers.onnx import check_external_data, read_model
+
+        # running needs the weights: refuse missing or hostile external data before onnx reads it
+        check_external_data(read_model(model_path), Path(model_path).parent, require_files=True)
         try:
             inputs = read_inputs(inputs_path) if inputs_path else None
         except (OSError, ValueError) as e:

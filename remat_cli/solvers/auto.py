@@ -168,6 +168,11 @@ class Auto(Solver):
         ),
     )
 
+    def prepare(self) -> None:
+        """fastsa's kernels, compiled here rather than in a lane under the time limit."""
+        if "fastsa" in registry.names():
+            registry.get("fastsa").prepare()
+
     def notes(self) -> str:
         return (
             f"default time limit {DEFAULT_TIME_LIMIT:g} s; fastsa then hilp beside checkmate then "

@@ -44,6 +44,8 @@ def warm_start_steps(
     res = call_solver("greedy", graph, budget, sub, notes)
     if res is not None and res.steps is not None:
         out.append(("greedy", res.steps))
+        if simulate(graph, res.steps).peak_memory <= budget:
+            options.incumbent(res.steps)  # model building may outlast the time limit (issue 20)
     rem = options.remaining()
     if moccasin_share > 0 and (rem is None or rem >= 2.0):
         limit = min(30.0, moccasin_share * rem) if rem is not None else 30.0
@@ -51,6 +53,7 @@ def warm_start_steps(
         res = call_solver("moccasin", graph, budget, sub, notes)
         if res is not None and res.steps is not None and simulate(graph, res.steps).peak_memory <= budget:
             out.append((f"moccasin ({res.status})", res.steps))
+            options.incumbent(res.steps)
     out.append(("baseline", baseline_steps(graph)))
     return out
 

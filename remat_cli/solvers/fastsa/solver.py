@@ -102,6 +102,9 @@ class FastSA(Solver):
             "iteration budget at the assumed --rate."
         )
 
+    def prepare(self) -> None:
+        _warm_up()
+
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         _warm_up()
         p = self.defaults() | options.params

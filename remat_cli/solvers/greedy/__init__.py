@@ -44,6 +44,10 @@ from remat_cli.solvers.greedy.arrays import _Abandon, _arrays, low_memory_order
 from remat_cli.solvers.greedy.dtr import _run
 from remat_cli.solvers.greedy.split import SPLIT_DEPTH, _split
 
+#: "auto" leaves the split strategies out above this many computes: each split round decodes
+#: the whole sequence again, so the pass is quadratic (2,000 nodes: a minute; 100,000: days)
+SPLIT_MAX_PROGRAM = 5_000
+
 __all__ = ["STRATEGIES", "TARGETS", "Greedy", "low_memory_order"]
 
 STRATEGIES = ("split-shallow", "split", "belady-estar-lazy", "belady-estar", "dtr-estar")
@@ -85,6 +89,8 @@ class Greedy(Solver):
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only.
         # The fast split-shallow runs first: its cost bounds (and so cuts short) the others.
         strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
+        if choice == "auto" and len(graph.needed_nodes) > SPLIT_MAX_PROGRAM:
+            strategies = tuple(x for x in strategies if not x.startswith("split"))
 
         def out_of_time() -> bool:
             # a binding time limit would make the result depend on the clock; with one worker (the

@@ -149,7 +149,7 @@ def _run(
             h0 = c0[cand] / denom  # h with the producer's cost alone: a lower bound of e*'s h
         if not estar:
             return int(cand[np.argmin(h0)])
-        order = np.argsort(h0, kind="stable")
+        order = _smallest(h0, ESTAR_TOP)
         best, best_h = int(cand[order[0]]), inf
         for j in order[:ESTAR_TOP]:
             if h0[j] >= best_h:
@@ -257,3 +257,15 @@ def _run(
                     mem -= size[v]
         zombies.clear()
     return seq, int(round(peak))
+
+
+def _smallest(h: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(h, kind="stable")[:k]`` in O(len(h)) rather than O(len(h) log len(h)): the
+    eviction scan calls this once per eviction (issue 20, scale)."""
+    if k >= len(h):
+        return np.argsort(h, kind="stable")
+    threshold = np.partition(h, k - 1)[k - 1]
+    if np.isnan(threshold):
+        return np.argsort(h, kind="stable")[:k]
+    idx = np.flatnonzero(h <= threshold)  # ascending: ties stay in index order, as in a stable sort
+    return idx[np.argsort(h[idx], kind="stable")][:k]

@@ -120,6 +120,8 @@ class _Solve:
             backend = "highs"
         self.backend = backend
         self.limit = options.time_limit
+        #: failures of helper solvers (registry.call_solver), reported in the message
+        self.helper_notes: list[str] = []
         self.started = time.monotonic()
         fallback = params.get("fallback") != "none"
         #: with two workers or more the whole-graph fallbacks run beside the H-ILPs in a process
@@ -142,6 +144,7 @@ class _Solve:
         return bool(fw) and any(f in fw for f in grad_pairs(self.g).values())
 
     def run(self) -> SolverResult:
+        self.early_incumbent()
         if self.parallel:
             assert self.limit is not None
             self.portfolio = Portfolio(self.g, self.budget, self.limit, self.opt.seed)
@@ -233,6 +236,8 @@ class _Solve:
             msg += "; whole-graph greedy and fastsa found none either"
         else:
             msg += "; used: H-ILP"
+        if self.helper_notes:
+            msg += "; " + "; ".join(self.helper_notes)
         if best is None:
             return SolverResult(
                 steps=None,
@@ -518,6 +523,19 @@ class _Solve:
 
     def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
         return run_jobs(ctx, jobs, int(self.p["jobs"]))
+
+    def early_incumbent(self) -> None:
+        """Greedy's schedule as an incumbent at once: the hierarchy's leaf ILPs may use up the
+        whole time limit, and a watchdog then returns the last incumbent (issue 20)."""
+        from remat_cli import registry
+
+        if self.opt.on_incumbent is None:
+            return
+        left = min(5.0, self.limit) if self.limit is not None else 5.0
+        sub = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
+        r = registry.call_solver("greedy", self.g, self.budget, sub, self.helper_notes)
+        if r is not None and r.steps is not None and simulate(self.g, r.steps).peak_memory <= self.budget:
+            self.opt.incumbent(r.steps)
 
 
 def _fractions(levels: int) -> tuple[float, ...]:

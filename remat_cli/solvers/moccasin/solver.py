@@ -11,7 +11,7 @@ from functools import reduce
 from ortools.sat.python import cp_model
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import Step, baseline_steps, relative_gap
+from remat_cli.schedule import Step, baseline_steps, relative_gap, simulate
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.moccasin.decode import _decode, _Incumbents, _local_sequence, _read
 from remat_cli.solvers.moccasin.model import Interval, _build, _integer_costs
@@ -165,6 +165,8 @@ class Moccasin(Solver):
                     break
                 calls += 1
                 steps = self._greedy(graph, int(budget * frac), options, strategy, helper_notes)
+                if steps and frac == 1 and simulate(graph, steps).peak_memory <= budget:
+                    options.incumbent(steps)  # the model may outlast the time limit (issue 20)
                 label = "greedy" if frac == 1 else f"greedy {strategy}@{frac:.1%}"
                 fits = bool(steps and add(label, steps)) or fits
             if fits:
@@ -330,6 +332,12 @@ class Moccasin(Solver):
         optimal = status == cp_model.OPTIMAL or bound >= obj
         gap = relative_gap(obj, bound) or 0.0
         notes.append(f"phase 2: {solver.status_name(status).lower()}, gap {gap:.2%}")
+        if _split_outputs(graph):
+            # The model keeps a node's outputs together (one block): where they could be freed
+            # apart, its optimum and bound are those of a restricted space, not the graph's
+            # (found by the fuzzer against brute force, issue 20)
+            optimal, bound = False, None
+            notes.append("outputs of multi-output nodes kept together: no optimality claim")
         return self._result(
             _decode(m, graph, ivs), "optimal" if optimal else "feasible", obj, bound, unit, used, notes
         )
@@ -370,3 +378,9 @@ class Moccasin(Solver):
         )
         res = registry.call_solver("greedy", graph, budget, sub, notes)
         return None if res is None else res.steps
+
+
+def _split_outputs(graph: Graph) -> bool:
+    """Whether a needed node has two outputs of nonzero size (which a schedule may free apart)."""
+    vm = graph.value_map
+    return any(sum(1 for v in graph.node_map[n].outputs if vm[v].size > 0) > 1 for n in graph.needed_nodes)

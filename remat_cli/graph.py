@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -187,10 +188,8 @@ class Graph(BaseModel):
         return self.model_dump_json(indent=1, exclude_none=True, by_alias=True)
 
     @cached_property
-    def device_model(self) -> Any:
-        """Per-device costs (:class:`remat_cli.devices.DeviceModel`) of a multi-device graph."""
-        from remat_cli.devices import DeviceModel  # it builds on this module
-
+    def device_model(self) -> DeviceModel:
+        """Per-device costs of a multi-device graph."""
         return DeviceModel(self)
 
     @cached_property
@@ -358,3 +357,44 @@ class NodeView:
     @property
     def edges(self) -> list[tuple[int, int]]:
         return [(p, i) for i, ps in enumerate(self.preds) for p in ps]
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceModel:
+    """Per-device costs of one multi-device graph, looked up by the simulator and the solvers."""
+
+    graph: Graph
+
+    @cached_property
+    def ids(self) -> list[str]:
+        return [d.id for d in self.graph.devices or []]
+
+    @cached_property
+    def home(self) -> str:
+        assert self.graph.home_device is not None, "a multi-device graph"
+        return self.graph.home_device
+
+    def cost(self, node: str, device: str) -> float:
+        n = self.graph.node_map[node]
+        if n.device_costs and device in n.device_costs:
+            return n.device_costs[device]
+        return n.cost
+
+    @cached_property
+    def _explicit(self) -> dict[tuple[str, str, str], float]:
+        return {(c.value, c.source, c.target): c.cost for c in self.graph.copy_costs or []}
+
+    @cached_property
+    def _links(self) -> dict[tuple[str, str], tuple[float, float]]:
+        return {(k.source, k.target): (k.latency, k.bandwidth) for k in self.graph.links or []}
+
+    def copy_cost(self, value: str, source: str, target: str) -> float | None:
+        """Cost of copying `value` from `source` to `target`; None when no copy is possible."""
+        c = self._explicit.get((value, source, target))
+        if c is not None:
+            return c
+        link = self._links.get((source, target))
+        if link is None:
+            return None
+        latency, bandwidth = link
+        return latency + self.graph.value_map[value].size / bandwidth

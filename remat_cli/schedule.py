@@ -179,12 +179,9 @@ class SimResult:
 def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:
     """Run `steps` on `graph` by the rules of docs/FORMATS.md §2; raise ScheduleError when invalid.
 
-    A graph with `devices` is simulated per device by :func:`remat_cli.devices.simulate_devices`
-    (docs/FORMATS.md §3).
+    A graph with `devices` is simulated per device by :func:`simulate_devices` (docs/FORMATS.md §3).
     """
     if graph.devices:
-        from remat_cli.devices import simulate_devices  # it builds on this module
-
         return simulate_devices(graph, steps, keep_profile=keep_profile)
     nodes = graph.node_map
     values = graph.value_map
@@ -356,3 +353,110 @@ def peak_lower_bound(graph: Graph) -> int:
         ins = {v for v in n.inputs if not vm[v].resident}
         working = max(working, sum(vm[v].size for v in ins | set(n.outputs)) + n.workspace)
     return resident + max(outs, working)
+
+
+def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:
+    """The per-device simulator (rules in :mod:`remat_cli.devices` and docs/FORMATS.md §3); raise
+    ScheduleError when invalid."""
+    dm = graph.device_model
+    nodes, values = graph.node_map, graph.value_map
+    home = dm.home
+    live: dict[str, set[str]] = {d: set() for d in dm.ids}
+    live[home] = {v.id for v in graph.values if v.resident}
+    mem = dict.fromkeys(dm.ids, 0)
+    mem[home] = graph.resident_bytes
+    peak = dict(mem)
+    cost = copy_cost = 0.0
+    recomputations = copies = 0
+    seen: set[str] = set()
+    profile: list[int] = []
+    by_device: dict[str, list[int]] = {d: [] for d in dm.ids}
+
+    def where(k: int, d: str | None) -> str:
+        d = d or home
+        if d not in live:
+            raise ScheduleError(f"step {k}: unknown device {d!r}")
+        return d
+
+    def elsewhere(v: str, d: str) -> str:
+        on = [e for e in dm.ids if e != d and v in live[e]]
+        return f" (it is live on {', '.join(on)})" if on else ""
+
+    for k, step in enumerate(steps):
+        if step.op == "compute":
+            n = nodes.get(step.node or "")
+            if n is None:
+                raise ScheduleError(f"step {k}: unknown node {step.node!r}")
+            d = where(k, step.device)
+            here = live[d]
+            for v in n.inputs:
+                if v not in here:
+                    raise ScheduleError(
+                        f"step {k}: computing {n.id!r} on {d!r} needs {v!r}, which is not live on {d!r}"
+                        + elsewhere(v, d)
+                    )
+            out = 0
+            for v in n.outputs:
+                if v in here:
+                    raise ScheduleError(f"step {k}: computing {n.id!r} on {d!r} but its output {v!r} is live")
+                out += values[v].size
+            instant = mem[d] + out + n.workspace
+            peak[d] = max(peak[d], instant)
+            mem[d] += out
+            here.update(n.outputs)
+            cost += dm.cost(n.id, d)
+            if n.id in seen:
+                recomputations += 1
+            seen.add(n.id)
+        elif step.op == "copy":
+            v = values.get(step.value or "")
+            if v is None:
+                raise ScheduleError(f"step {k}: unknown value {step.value!r}")
+            a, b = where(k, step.source), where(k, step.target)
+            if a == b:
+                raise ScheduleError(f"step {k}: copying {v.id!r} from {a!r} to itself")
+            if v.id not in live[a]:
+                raise ScheduleError(f"step {k}: copying {v.id!r} from {a!r}, where it is not live")
+            if v.id in live[b]:
+                raise ScheduleError(f"step {k}: copying {v.id!r} to {b!r}, where it is already live")
+            c = dm.copy_cost(v.id, a, b)
+            if c is None:
+                raise ScheduleError(f"step {k}: no link and no copy cost for {v.id!r} from {a!r} to {b!r}")
+            instant = mem[b] + v.size
+            peak[b] = max(peak[b], instant)
+            mem[b] += v.size
+            live[b].add(v.id)
+            cost += c
+            copy_cost += c
+            copies += 1
+        else:
+            v = values.get(step.value or "")
+            if v is None:
+                raise ScheduleError(f"step {k}: unknown value {step.value!r}")
+            d = where(k, step.device)
+            if v.id not in live[d]:
+                raise ScheduleError(f"step {k}: freeing {v.id!r} on {d!r}, where it is not live")
+            if v.resident and d == home:
+                raise ScheduleError(f"step {k}: freeing {v.id!r}, which is a {v.role}")
+            live[d].remove(v.id)
+            mem[d] -= v.size
+            instant = mem[d]
+        if keep_profile:
+            profile.append(instant)
+            acted = step.target if step.op == "copy" else step.device
+            acted = acted or home
+            for d in dm.ids:
+                by_device[d].append(instant if d == acted else mem[d])
+    for v in graph.outputs:
+        if not any(v in s for s in live.values()):
+            raise ScheduleError(f"graph output {v!r} is not live at the end")
+    return SimResult(
+        peak_memory=max(peak.values()),
+        cost=cost,
+        recomputations=recomputations,
+        profile=tuple(profile),
+        peak_by_device=peak,
+        copies=copies,
+        copy_cost=copy_cost,
+        device_profile={d: tuple(p) for d, p in by_device.items()} if keep_profile else None,
+    )

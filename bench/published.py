@@ -32,31 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fastsa as fastsa_bench  # noqa: E402
 import moccasin as moccasin_bench  # noqa: E402
-from common import GRAPHS, MOCCASIN, RESULTS, write_results  # noqa: E402
+from common import GRAPHS, MOCCASIN, RESULTS, SHORT, write_results  # noqa: E402
 
 from remat_cli.sweep.cells import read_records  # noqa: E402
 from remat_cli.sweep.plot import latest  # noqa: E402
 
 # file name -> the labels each paper table uses
 BY_FILE = {f: label for label, f in GRAPHS.items()}
-MOCCASIN_KEY = {
-    "RL n100": "n100",
-    "RL n250": "n250",
-    "RL n500": "n500",
-    "RL n1000": "n1000",
-    "CM1": "cm1",
-    "CM2": "cm2",
-}
+# label -> the keys bench/moccasin.py uses (n100, ..., cm1)
+MOCCASIN_KEY = {label: key.replace("rl", "n") for key, label in SHORT.items()}
 #: Moccasin Table 3 prints LP+rounding schedules for RL n250 whose peaks exceed the budget
 LP_OVER_BUDGET = {("rl250", 0.9), ("rl250", 0.8)}
-CHECKMATE_KEY = {
-    "rl100": "RL n100",
-    "rl250": "RL n250",
-    "rl500": "RL n500",
-    "rl1000": "RL n1000",
-    "cm1": "CM1",
-    "cm2": "CM2",
-}
+CHECKMATE_KEY = SHORT  # bench/checkmate.py's keys (rl100, ..., cm1) -> label
 
 
 def at_precision_of(value: float, published: float) -> float:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from remat_cli.sweep.cells import Cell
-from remat_cli.sweep.runner import cell_fields, kill_running, run_cell
+from remat_cli.sweep.runner import empty_record, kill_running, run_cell
 
 Result = tuple[Cell, dict[str, Any], str | None]
 
@@ -26,18 +26,7 @@ def default_jobs() -> int:
 
 def error_record(cell: Cell, message: str) -> dict[str, Any]:
     """A cell whose worker failed outside the child solve (a bug, a lost worker)."""
-    return cell_fields(cell) | {
-        "status": "error",
-        "peak": None,
-        "peak_fraction": None,
-        "cost": None,
-        "overhead": None,
-        "recomputations": None,
-        "seconds": 0.0,
-        "bound": None,
-        "bound_overhead": None,
-        "message": message,
-    }
+    return empty_record(cell, "error", message)
 
 
 class LocalPool:

@@ -156,10 +156,10 @@ def run_cell(cell: Cell | dict[str, Any], graph_text: str) -> tuple[dict[str, An
     return record, child.schedule_text
 
 
-def skipped_record(cell: Cell, reason: str) -> dict[str, Any]:
-    """A cell that never ran (solver unavailable, not applicable, budget below the lower bound)."""
+def empty_record(cell: Cell, status: str, message: str) -> dict[str, Any]:
+    """A record with no solve behind it: the cell's fields, `status`, `message` and no results."""
     return cell_fields(cell) | {
-        "status": "skipped",
+        "status": status,
         "peak": None,
         "peak_fraction": None,
         "cost": None,
@@ -168,9 +168,13 @@ def skipped_record(cell: Cell, reason: str) -> dict[str, Any]:
         "seconds": 0.0,
         "bound": None,
         "bound_overhead": None,
-        "message": reason,
-        "schedule": None,
+        "message": message,
     }
+
+
+def skipped_record(cell: Cell, reason: str) -> dict[str, Any]:
+    """A cell that never ran (solver unavailable, not applicable, budget below the lower bound)."""
+    return empty_record(cell, "skipped", reason) | {"schedule": None}
 
 
 def cell_fields(c: Cell) -> dict[str, Any]:

@@ -22,12 +22,14 @@ fragmentation-free peak (`arena_peak`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from remat_cli import milp
 from remat_cli.memory_plan import Buffer, align, arena_peak, greedy_offsets
+from remat_cli.solvers.model import cpsat
 
 ENGINES = ("cp-sat", "milp")
 
@@ -46,10 +48,8 @@ def place(
     bound = arena_peak(buffers, alignment)
     if arena <= bound or time_limit <= 0:
         return offsets, arena, bound, arena <= bound
-    if engine == "milp":
-        got = _milp(buffers, alignment, offsets, arena, bound, time_limit, workers, seed)
-    else:
-        got = _cpsat(buffers, alignment, offsets, arena, bound, time_limit, workers, seed)
+    task = _Task(buffers, alignment, offsets, arena, bound, time_limit, workers, seed)
+    got = _milp(task) if engine == "milp" else _cpsat(task)
     if got is None:
         return offsets, arena, bound, False
     new, new_bound, proven = got
@@ -64,21 +64,31 @@ def _arena(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) ->
     return max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
 
 
-def _cpsat(
-    buffers: Sequence[Buffer],
-    alignment: int,
-    start: list[int],
-    arena: int,
-    bound: int,
-    time_limit: float,
-    workers: int,
-    seed: int,
-) -> tuple[list[int], int, bool] | None:
+@dataclass(frozen=True)
+class _Task:
+    """What either engine gets: the buffers, the greedy start and its arena, the lower bound, limits."""
+
+    buffers: Sequence[Buffer]
+    alignment: int
+    start: list[int]  # the greedy offsets: the warm start
+    arena: int  # their arena: the top of every address domain
+    bound: int
+    time_limit: float
+    workers: int
+    seed: int
+
+
+# (offsets, lower bound, proven optimal), or None when the engine found no solution
+_Found = tuple[list[int], int, bool] | None
+
+
+def _cpsat(t: _Task) -> _Found:
+    buffers, alignment = t.buffers, t.alignment
     # Offsets in units of the alignment: smaller domains, and alignment holds by construction.
     units = [align(b.size, alignment) // alignment for b in buffers]
-    top = arena // alignment
+    top = t.arena // alignment
     m = cp_model.CpModel()
-    peak = m.new_int_var(bound // alignment, top, "arena")
+    peak = m.new_int_var(t.bound // alignment, top, "arena")
     a_vars: list[cp_model.IntVar | None] = []
     xs, ys = [], []
     for i, (b, u) in enumerate(zip(buffers, units, strict=True)):
@@ -87,21 +97,18 @@ def _cpsat(
             continue
         a = m.new_int_var(0, top - u, f"A{i}")
         m.add(a + u <= peak)  # eq. (8)
-        m.add_hint(a, start[i] // alignment)
+        m.add_hint(a, t.start[i] // alignment)
         a_vars.append(a)
         xs.append(m.new_fixed_size_interval_var(b.start, b.end - b.start, f"x{i}"))
         ys.append(m.new_fixed_size_interval_var(a, u, f"y{i}"))
     m.add_no_overlap_2d(xs, ys)
     m.minimize(peak)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    got = cpsat.run(m, t.time_limit, t.workers, t.seed)
+    if got is None:
         return None
-    offsets = [0 if a is None else solver.value(a) * alignment for a in a_vars]
-    return offsets, int(round(solver.best_objective_bound)) * alignment, status == cp_model.OPTIMAL
+    solver, optimal = got
+    bound = int(round(solver.best_objective_bound)) * alignment
+    return cpsat.offsets(solver, a_vars, alignment), bound, optimal
 
 
 def overlapping_pairs(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
@@ -117,23 +124,15 @@ def overlapping_pairs(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
     return pairs
 
 
-def _milp(
-    buffers: Sequence[Buffer],
-    alignment: int,
-    start: list[int],
-    arena: int,
-    bound: int,
-    time_limit: float,
-    workers: int,
-    seed: int,
-) -> tuple[list[int], int, bool] | None:
+def _milp(t: _Task) -> _Found:
+    buffers, alignment, start = t.buffers, t.alignment, t.start
     units = np.array([align(b.size, alignment) // alignment for b in buffers], dtype=float)
-    top = arena // alignment
+    top = t.arena // alignment
     n = len(buffers)
     pairs = overlapping_pairs(buffers)
     lm = milp.LinearModel("model-addresses")
     a = lm.add_vars(n, lb=0.0, ub=np.maximum(0.0, top - units), integer=True)
-    peak = lm.add_vars(1, lb=bound // alignment, ub=top, integer=True, cost=1.0)[0]
+    peak = lm.add_vars(1, lb=t.bound // alignment, ub=top, integer=True, cost=1.0)[0]
     below = lm.add_vars(len(pairs), lb=0.0, ub=1.0, integer=True)  # a_ij = 1: i below j
     # eq. (8): A_e + S_e <= peak
     lm.add_constraints(
@@ -172,7 +171,9 @@ def _milp(
         hint[below] = [1.0 if start[i] < start[j] else 0.0 for i, j in pairs]
     res = milp.solve(
         lm,
-        milp.EngineSettings(backend="highs", time_limit=time_limit, threads=workers, seed=seed, hint=hint),
+        milp.EngineSettings(
+            backend="highs", time_limit=t.time_limit, threads=t.workers, seed=t.seed, hint=hint
+        ),
     )
     if res.x is None:
         return None

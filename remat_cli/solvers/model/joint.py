@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from remat_cli.memory_plan import align
+from remat_cli.solvers.model import cpsat
 from remat_cli.solvers.model.lifetimes import Problem
 from remat_cli.solvers.model.ordering import decode, hint_order, order_vars
 
@@ -62,19 +63,14 @@ def solve_joint(
     m.add_cumulative(xs, sizes, arena)  # redundant: the order-only relaxation (§5.5)
     m.minimize(arena)
     hint_order(m, v, start_order)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    got = cpsat.run(m, time_limit, workers, seed)
+    if got is None:
         return None
-    order = decode(solver, v)
-    offsets = [0 if a is None else solver.value(a) * alignment for a in a_vars]
+    solver, optimal = got
     return JointResult(
-        order,
-        offsets,
+        decode(solver, v),
+        cpsat.offsets(solver, a_vars, alignment),
         solver.value(arena) * alignment,
         int(round(solver.best_objective_bound)) * alignment,
-        status == cp_model.OPTIMAL,
+        optimal,
     )

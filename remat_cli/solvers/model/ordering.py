@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from remat_cli.solvers.model import cpsat
 from remat_cli.solvers.model.lifetimes import Problem
 
 
@@ -156,13 +157,10 @@ def solve_order(
     m.add_cumulative([iv for iv, _ in live], [s for _, s in live], peak)
     m.minimize(peak)
     hint_order(m, v, start)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    got = cpsat.run(m, time_limit, workers, seed)
+    if got is None:
         return OrderResult(start, start_peak, floor, False)
+    solver, _ = got
     order = decode(solver, v)
     got = p.peak(order)
     bound = int(solver.best_objective_bound)

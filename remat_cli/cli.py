@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,7 @@ def solve(
     Solver-specific options follow the common ones, e.g. `--solver moccasin --max-copies 3`;
     `remat solvers NAME` lists them.
     """
+    begun = watchdog.command_started(time.monotonic())
     watchdog.exit_on_sigterm()
     check_writable(output)
     if not quiet and registry.numba_cache_cold(solver_name):
@@ -187,7 +189,7 @@ def solve(
             )
 
         options.on_progress = show if not quiet else None
-        outcome = run_guarded(graph, budget_bytes, solver_name, options, watchdog.COMMAND_STARTED)
+        outcome = run_guarded(graph, budget_bytes, solver_name, options, begun)
     schedule, result = outcome.schedule, outcome.result
     # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
     code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal

@@ -753,7 +753,7 @@ class _Builder:
             raise GraphError(f"{where} is a {t.replace('_type', '')}, not a tensor; its size is unknown")
         if not tensor or t.shape is None:  # type: ignore[union-attr]
             unknown = _unknown_op(self.producer_node.get(name))
-            if unknown:
+            if unknown and not (self.no_symbolic and "unavailable" in self.no_symbolic):
                 raise GraphError(
                     f"shape of {where} could not be inferred: unknown operator {unknown!r}; "
                     "declare the output's shape in the model's value_info"

@@ -51,15 +51,7 @@ def arena_replay(
     base = (-raw.ctypes.data) % 64
     arena = raw[base : base + plan.arena]
     where = {(b.step, b.value): (b.offset, b.size) for b in plan.offsets if b.value is not None}
-    live: dict[str, object] = {}
-    for v in engine.graph.values:
-        if v.resident:
-            arr = feeds.get(v.id)
-            if arr is None:
-                arr = engine.initializers.get(v.id)
-            if arr is None:
-                raise RunFailed(f"no data for graph input {v.id!r}")
-            live[v.id] = engine._ortvalue(arr)
+    live = engine.resident(feeds)
     placed: dict[str, tuple[int, np.dtype, tuple[int, ...]]] = {}  # value -> (offset, dtype, shape)
     measured = copied = 0
     outside: set[str] = set()

@@ -77,15 +77,7 @@ def node_times(
 ) -> dict[str, float]:
     """Seconds per node of `graph` on `where`'s provider (the module docstring says how)."""
     engine = Interpreter(model, graph, provider=where.kind, threads=threads, device_id=where.index)
-    live: dict[str, object] = {}
-    for v in graph.values:
-        if v.resident:
-            arr = feeds.get(v.id)
-            if arr is None:
-                arr = engine.initializers.get(v.id)
-            if arr is None:
-                raise RunFailed(f"no data for graph input {v.id!r}")
-            live[v.id] = engine._ortvalue(arr)
+    live = engine.resident(feeds)
     order = graph.topo_order
     last_use = {v: k for k, nid in enumerate(order) for v in graph.node_map[nid].inputs}
     keep = {v.id for v in graph.values if v.resident} | set(graph.outputs)

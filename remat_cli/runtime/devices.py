@@ -36,9 +36,9 @@ import onnx
 from pydantic import BaseModel
 
 from remat_cli.graph import Graph
-from remat_cli.runtime.interpret import Interpreter
+from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
-from remat_cli.runtime.replay import Predicted, RunReport, _compare, _mb, _measured
+from remat_cli.runtime.replay import RunReport, _compare, _mb, _measured, _predicted, _report
 from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, simulate
 
@@ -132,23 +132,15 @@ class DeviceInterpreter:
 
     def replay(
         self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]
-    ) -> tuple[dict[str, int], float, float, dict, int]:
-        """One replay: (peak live bytes per device, wall s, CPU s, live OrtValues of the graph
-        outputs, bytes of copied views counted above the graph's 0)."""
+    ) -> tuple[tuple[dict[str, int], int], float, float, dict]:
+        """One replay: ((peak live bytes per device, bytes of copied views counted above the
+        graph's 0), wall s, CPU s, live OrtValues of the graph outputs)."""
         ids = list(self.place)
+        home = self.engine(self.home)
         live: dict[str, dict[str, object]] = {d: {} for d in ids}
         size: dict[str, dict[str, int]] = {d: {} for d in ids}
-        home = self.engine(self.home)
-        for v in self.graph.values:
-            if not v.resident:
-                continue
-            arr = feeds.get(v.id)
-            if arr is None:
-                arr = home.initializers.get(v.id)
-            if arr is None:
-                raise RunFailed(f"no data for graph input {v.id!r}")
-            live[self.home][v.id] = home._ortvalue(arr)
-            size[self.home][v.id] = home._bytes(v.id, live[self.home][v.id])
+        live[self.home] = home.resident(feeds)
+        size[self.home] = {name: home._bytes(name, v) for name, v in live[self.home].items()}
         mem = {d: sum(size[d].values()) for d in ids}
         peak = dict(mem)
         view_copies = 0
@@ -157,21 +149,7 @@ class DeviceInterpreter:
         for k, step in enumerate(steps):
             if step.op == "compute":
                 d = step.device or self.home
-                eng = self.engine(d)
-                sess, ins, outs = eng.sessions[step.node]
-                try:
-                    produced = sess.run_with_ort_values(outs, {i: live[d][i] for i in ins})
-                except KeyError as e:
-                    raise RunFailed(
-                        f"step {k}: {step.node!r} on {d!r} reads {e.args[0]!r}, which is not live there"
-                    ) from None
-                except Exception as e:  # onnxruntime's own exception types
-                    raise RunFailed(f"step {k}: onnxruntime failed on {step.node!r} on {d!r}: {e}") from None
-                out_bytes = 0
-                for name, val in zip(outs, produced, strict=True):
-                    live[d][name] = val
-                    size[d][name] = eng._bytes(name, val)
-                    out_bytes += size[d][name]
+                out_bytes = self.engine(d).compute(k, step.node, live[d], size[d], on=d)
                 peak[d] = max(peak[d], mem[d] + out_bytes + nodes[step.node].workspace)
                 mem[d] += out_bytes
             elif step.op == "copy":
@@ -192,7 +170,7 @@ class DeviceInterpreter:
                     mem[d] -= size[d].pop(step.value)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         outputs = {v: next(live[d][v] for d in ids if v in live[d]) for v in self.graph.outputs}
-        return peak, wall, cpu, outputs, view_copies
+        return (peak, view_copies), wall, cpu, outputs
 
 
 class DeviceMeasure(BaseModel):
@@ -240,20 +218,13 @@ def run_on_devices(
     graph: Graph,
     schedule: Schedule,
     *,
-    provider: str = "cpu",
-    mode: str = "interpret",
-    repeat: int = 5,
-    warmup: int = 1,
-    inputs: Mapping[str, np.ndarray] | None = None,
-    seed: int = 0,
-    threads: int = 1,
+    provider: str,
+    inputs: Mapping[str, np.ndarray] | None,
+    **settings: int,
 ) -> DeviceRunReport:
-    """:func:`remat_cli.runtime.replay.run_schedule` for a graph with devices (interpret mode)."""
-    if mode != "interpret":
-        raise ValueError(
-            "a schedule on several devices replays in interpret mode only (--mode interpret): "
-            "one session per node is what lets each node run on its own device"
-        )
+    """:func:`remat_cli.runtime.replay.run_schedule` for a graph with devices (interpret mode;
+    `settings`: its repeat, warmup, seed and threads)."""
+    repeat, warmup, seed, threads = (settings[k] for k in ("repeat", "warmup", "seed", "threads"))
     notes: list[str] = []
     if provider != "cpu":
         notes.append(f"--provider {provider} ignored: each device runs on the provider of its kind")
@@ -268,28 +239,17 @@ def run_on_devices(
     model = onnx.load(str(model_path))
     feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
     engine = DeviceInterpreter(model, graph, [schedule.steps, base_steps], threads=threads)
-    lists = [schedule.steps, base_steps]
-    for steps in lists:
-        for _ in range(warmup):
-            engine.replay(steps, feeds)
-    times: list[list[float]] = [[], []]
-    cpu_times: list[list[float]] = [[], []]
-    peaks: list[dict[str, int]] = [{}, {}]
-    outs: list[dict[str, np.ndarray]] = [{}, {}]
-    view_bytes = 0
-    for r in range(max(repeat, 1)):
-        for k, steps in enumerate(lists):
-            peaks[k], wall, cpu, live, vb = engine.replay(steps, feeds)
-            times[k].append(wall)
-            cpu_times[k].append(cpu)
-            if k == 0:
-                view_bytes = vb
-            if r == max(repeat, 1) - 1:
-                outs[k] = {v: np.asarray(x.numpy()) for v, x in live.items()}
-            del live
+    run, ref = alternate(
+        lambda steps: engine.replay(steps, feeds),
+        [schedule.steps, base_steps],
+        graph.outputs,
+        warmup=warmup,
+        repeat=repeat,
+    )
+    (peaks, view_bytes), (ref_peaks, _) = run[0], ref[0]
     resident = graph.resident_bytes
-    measured = _measured(max(peaks[0].values()), times[0], cpu_times[0], resident, exact=True)
-    unscheduled = _measured(max(peaks[1].values()), times[1], cpu_times[1], resident, exact=True)
+    measured = _measured(max(peaks.values()), run[1], run[2], resident, exact=True)
+    unscheduled = _measured(max(ref_peaks.values()), ref[1], ref[2], resident, exact=True)
     budgets = schedule.budgets or {}
     predicted_by = sim.peak_by_device or {}
     devices = [
@@ -299,15 +259,15 @@ def run_on_devices(
             provider=p.provider + (f" (GPU {p.index})" if p.kind == "cuda" else ""),
             budget=budgets.get(d),
             predicted_peak=predicted_by.get(d, 0),
-            measured_peak=peaks[0][d],
-            unscheduled_peak=peaks[1][d],
-            memory_error=_error(peaks[0][d], predicted_by.get(d, 0)),
+            measured_peak=peaks[d],
+            unscheduled_peak=ref_peaks[d],
+            memory_error=_error(peaks[d], predicted_by.get(d, 0)),
         )
         for d, p in engine.place.items()
     ]
     any_cuda = any(p.kind == "cuda" for p in engine.place.values())
     names = [o.name for o in model.graph.output]
-    match, diff, bad = _compare(outs[0], outs[1], names, exact=not any_cuda)
+    compared = _compare(run[3], ref[3], names, exact=not any_cuda)
     notes.append(
         "interpret mode on several devices: per-device peak = exact live tensor bytes on that device "
         "(views 0 where computed), copies included; the unscheduled run is everything on "
@@ -321,35 +281,19 @@ def run_on_devices(
         )
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
-    return DeviceRunReport(
-        model=str(model_path),
-        graph=graph.name,
-        solver=schedule.solver.name,
-        budget=schedule.budget,
+    return _report(
+        DeviceRunReport,
+        model_path,
+        graph,
+        schedule,
+        _predicted(sim, base_sim),
+        measured,
+        unscheduled,
+        compared,
+        notes,
         provider="cuda" if any_cuda else "cpu",
         mode="interpret",
-        threads=threads,
-        seed=seed,
-        repeat=repeat,
-        warmup=warmup,
-        outputs_match=match,
-        max_abs_diff=diff,
-        mismatched_outputs=bad,
-        predicted=Predicted(
-            peak_memory=sim.peak_memory,
-            cost=sim.cost,
-            baseline_peak_memory=base_sim.peak_memory,
-            baseline_cost=base_sim.cost,
-            overhead=sim.cost / base_sim.cost - 1 if base_sim.cost > 0 else 0.0,
-        ),
-        measured=measured,
-        unscheduled=unscheduled,
-        memory_error=measured.peak_memory / sim.peak_memory - 1 if sim.peak_memory else 0.0,
-        time_overhead=measured.seconds / unscheduled.seconds - 1 if unscheduled.seconds > 0 else 0.0,
-        cpu_time_overhead=(
-            measured.cpu_seconds / unscheduled.cpu_seconds - 1 if unscheduled.cpu_seconds > 0 else 0.0
-        ),
-        notes=notes,
+        **settings,
         devices=devices,
         copies=sim.copies,
         copy_cost=sim.copy_cost,

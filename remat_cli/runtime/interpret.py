@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -22,6 +23,9 @@ from remat_cli.graph import Graph
 from remat_cli.runtime.model import elem_types, node_table, single_node_model, view_values
 from remat_cli.runtime.session import RunFailed, check_cuda_session, cuda_providers
 from remat_cli.schedule import Step
+
+#: what one replay reports as its peak: bytes, or per device (runtime/devices.py)
+P = TypeVar("P")
 
 
 @dataclass
@@ -99,40 +103,55 @@ class Interpreter:
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.element_type())).itemsize
         return int(np.prod(shape, dtype=np.int64)) * itemsize
 
+    def resident(self, feeds: Mapping[str, np.ndarray]) -> dict[str, object]:
+        """An OrtValue on this engine's device for each resident value of the graph: its feed,
+        else its initializer; RunFailed when it has neither."""
+        live: dict[str, object] = {}
+        for v in self.graph.values:
+            if not v.resident:
+                continue
+            arr = feeds.get(v.id)
+            if arr is None:
+                arr = self.initializers.get(v.id)
+            if arr is None:
+                raise RunFailed(f"no data for graph input {v.id!r}")
+            live[v.id] = self._ortvalue(arr)
+        return live
+
+    def compute(
+        self, k: int, node: str, live: dict[str, object], size: dict[str, int], on: str | None = None
+    ) -> int:
+        """Run step `k`, computing `node` from `live`; its outputs join `live` and `size`.
+        Returns their bytes. `on` names the device in the errors (several-device replays)."""
+        sess, ins, outs = self.sessions[node]
+        where, there = ("", "") if on is None else (f" on {on!r}", " there")
+        try:
+            produced = sess.run_with_ort_values(outs, {i: live[i] for i in ins})
+        except KeyError as e:
+            raise RunFailed(
+                f"step {k}: {node!r}{where} reads {e.args[0]!r}, which is not live{there}"
+            ) from None
+        except Exception as e:  # onnxruntime's own exception types
+            raise RunFailed(f"step {k}: onnxruntime failed on {node!r}{where}: {e}") from None
+        out_bytes = 0
+        for name, v in zip(outs, produced, strict=True):
+            live[name] = v
+            size[name] = self._bytes(name, v)
+            out_bytes += size[name]
+        return out_bytes
+
     def replay(
         self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]
     ) -> tuple[int, float, float, dict]:
         """One replay: (peak live bytes, wall seconds, CPU seconds, live OrtValues at the end)."""
-        live: dict[str, object] = {}
-        size: dict[str, int] = {}
-        resident = [v.id for v in self.graph.values if v.resident]
-        for name in resident:
-            arr = feeds.get(name)
-            if arr is None:
-                arr = self.initializers.get(name)
-            if arr is None:
-                raise RunFailed(f"no data for graph input {name!r}")
-            live[name] = self._ortvalue(arr)
-            size[name] = self._bytes(name, live[name])
+        live = self.resident(feeds)
+        size = {name: self._bytes(name, v) for name, v in live.items()}
         mem = sum(size.values())
         peak = mem
         t0, c0 = time.perf_counter(), time.process_time()
         for k, step in enumerate(steps):
             if step.op == "compute":
-                sess, ins, outs = self.sessions[step.node]
-                try:
-                    produced = sess.run_with_ort_values(outs, {i: live[i] for i in ins})
-                except KeyError as e:
-                    raise RunFailed(
-                        f"step {k}: {step.node!r} reads {e.args[0]!r}, which is not live"
-                    ) from None
-                except Exception as e:  # onnxruntime's own exception types
-                    raise RunFailed(f"step {k}: onnxruntime failed on {step.node!r}: {e}") from None
-                out_bytes = 0
-                for name, v in zip(outs, produced, strict=True):
-                    live[name] = v
-                    size[name] = self._bytes(name, v)
-                    out_bytes += size[name]
+                out_bytes = self.compute(k, step.node, live, size)
                 peak = max(peak, mem + out_bytes + self.graph.node_map[step.node].workspace)
                 mem += out_bytes
             elif step.value in live:
@@ -140,6 +159,36 @@ class Interpreter:
                 del live[step.value]
                 mem -= size.pop(step.value)
         return peak, time.perf_counter() - t0, time.process_time() - c0, live
+
+
+def alternate(
+    replay: Callable[[Sequence[Step]], tuple[P, float, float, Mapping[str, Any]]],
+    schedules: Sequence[Sequence[Step]],
+    outputs: Sequence[str],
+    *,
+    warmup: int = 1,
+    repeat: int = 3,
+) -> list[tuple[P, list[float], list[float], dict[str, np.ndarray]]]:
+    """Call `replay` (one replay of a step list: (peak, wall s, CPU s, live OrtValues)) on each
+    step list `warmup + repeat` times, the timed replays alternating between them (so load on a
+    shared machine hits all alike); per list the peak of its last replay, the wall and CPU
+    times, and the graph `outputs` of its last replay."""
+    for steps in schedules:
+        for _ in range(warmup):
+            replay(steps)
+    times: list[list[float]] = [[] for _ in schedules]
+    cpu_times: list[list[float]] = [[] for _ in schedules]
+    peaks: list[Any] = [None] * len(schedules)
+    values: list[dict[str, np.ndarray]] = [{} for _ in schedules]
+    for r in range(max(repeat, 1)):
+        for k, steps in enumerate(schedules):
+            peaks[k], seconds, cpu, live = replay(steps)
+            times[k].append(seconds)
+            cpu_times[k].append(cpu)
+            if r == max(repeat, 1) - 1:
+                values[k] = {v: np.asarray(live[v].numpy()) for v in outputs if v in live}
+            del live
+    return [(peaks[k], times[k], cpu_times[k], values[k]) for k in range(len(schedules))]
 
 
 def interpret(
@@ -150,25 +199,13 @@ def interpret(
     warmup: int = 1,
     repeat: int = 3,
 ) -> list[Interpretation]:
-    """Replay each step list `warmup + repeat` times, the timed replays alternating between
-    them (so load on a shared machine hits all alike); per list the median time, the exact
-    peak (the same every time) and the graph outputs of its last replay."""
-    for steps in schedules:
-        for _ in range(warmup):
-            interpreter.replay(steps, feeds)
-    times: list[list[float]] = [[] for _ in schedules]
-    cpu_times: list[list[float]] = [[] for _ in schedules]
-    peaks = [0] * len(schedules)
-    outputs: list[dict[str, np.ndarray]] = [{} for _ in schedules]
-    for r in range(max(repeat, 1)):
-        for k, steps in enumerate(schedules):
-            peaks[k], seconds, cpu, live = interpreter.replay(steps, feeds)
-            times[k].append(seconds)
-            cpu_times[k].append(cpu)
-            if r == max(repeat, 1) - 1:
-                outputs[k] = {v: np.asarray(live[v].numpy()) for v in interpreter.graph.outputs if v in live}
-            del live
-    return [
-        Interpretation(statistics.median(times[k]), peaks[k], outputs[k], times[k], cpu_times[k])
-        for k in range(len(schedules))
-    ]
+    """Replay each step list `warmup + repeat` times (:func:`alternate`); per list the median
+    time, the exact peak (the same every time) and the graph outputs of its last replay."""
+    runs = alternate(
+        lambda steps: interpreter.replay(steps, feeds),
+        schedules,
+        interpreter.graph.outputs,
+        warmup=warmup,
+        repeat=repeat,
+    )
+    return [Interpretation(statistics.median(t), peak, out, t, c) for peak, t, c, out in runs]

@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import onnx
@@ -33,7 +33,7 @@ from remat_cli.runtime.model import (
     scheduled_model,
 )
 from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
-from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
+from remat_cli.schedule import Schedule, ScheduleError, SimResult, baseline, baseline_steps, simulate
 
 Provider = Literal["cpu", "cuda"]
 Mode = Literal["session", "interpret"]
@@ -143,10 +143,15 @@ def run_schedule(
     if mode not in ("session", "interpret"):
         raise ValueError(f"unknown mode {mode!r} (session or interpret)")
     if graph.devices:  # several devices (XEngine): each node on its device's provider
+        if mode != "interpret":
+            raise ValueError(
+                "a schedule on several devices replays in interpret mode only (--mode interpret): "
+                "one session per node is what lets each node run on its own device"
+            )
         from remat_cli.runtime.devices import run_on_devices
 
         kw = {"repeat": repeat, "warmup": warmup, "inputs": inputs, "seed": seed, "threads": threads}
-        return run_on_devices(model_path, graph, schedule, provider=provider, mode=mode, **kw)
+        return run_on_devices(model_path, graph, schedule, provider=provider, **kw)
     notes: list[str] = []
     original: dict[str, np.ndarray] | None = None
     if schedule.graph.sha256 != graph.sha256():
@@ -174,14 +179,7 @@ def run_schedule(
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
         raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
-    base_sim = baseline(graph)
-    predicted = Predicted(
-        peak_memory=sim.peak_memory,
-        cost=sim.cost,
-        baseline_peak_memory=base_sim.peak_memory,
-        baseline_cost=base_sim.cost,
-        overhead=sim.cost / base_sim.cost - 1 if base_sim.cost > 0 else 0.0,
-    )
+    predicted = _predicted(sim, baseline(graph))
     feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
@@ -250,17 +248,61 @@ def run_schedule(
         )
     if not exact:
         notes.append("outputs compared with numpy.allclose (rtol 1e-4, atol 1e-5) on CUDA")
-    return RunReport(
-        model=str(model_path),
-        graph=graph.name,
-        solver=schedule.solver.name,
-        budget=schedule.budget,
+    return _report(
+        RunReport,
+        model_path,
+        graph,
+        schedule,
+        predicted,
+        measured,
+        unscheduled,
+        (match, diff, bad),
+        notes,
         provider=provider,
         mode=mode,
         threads=threads,
         seed=seed,
         repeat=repeat,
         warmup=warmup,
+        order_kept=order_kept,
+        arena=arena_report,
+    )
+
+
+def _predicted(sim: SimResult, base_sim: SimResult) -> Predicted:
+    """The simulator's figures for the schedule (`sim`) and the unscheduled baseline (`base_sim`)."""
+    return Predicted(
+        peak_memory=sim.peak_memory,
+        cost=sim.cost,
+        baseline_peak_memory=base_sim.peak_memory,
+        baseline_cost=base_sim.cost,
+        overhead=sim.cost / base_sim.cost - 1 if base_sim.cost > 0 else 0.0,
+    )
+
+
+R = TypeVar("R", bound=RunReport)
+
+
+def _report(
+    cls: type[R],
+    model_path: str | Path,
+    graph: Graph,
+    schedule: Schedule,
+    predicted: Predicted,
+    measured: Measured,
+    unscheduled: Measured,
+    compared: tuple[bool, float, list[str]],
+    notes: list[str],
+    **fields: Any,
+) -> R:
+    """A `cls` report: the fields every replay fills the same way, the ratios between the
+    measurements and the prediction, and `fields` (the run's settings, `cls`'s own fields)."""
+    match, diff, bad = compared
+    return cls(
+        model=str(model_path),
+        graph=graph.name,
+        solver=schedule.solver.name,
+        budget=schedule.budget,
         outputs_match=match,
         max_abs_diff=diff,
         mismatched_outputs=bad,
@@ -272,9 +314,8 @@ def run_schedule(
         cpu_time_overhead=(
             measured.cpu_seconds / unscheduled.cpu_seconds - 1 if unscheduled.cpu_seconds > 0 else 0.0
         ),
-        order_kept=order_kept,
-        arena=arena_report,
         notes=notes,
+        **fields,
     )
 
 

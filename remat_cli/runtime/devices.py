@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from remat_cli.graph import Graph
 from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
-from remat_cli.runtime.replay import RunReport, _compare, _mb, _measured, _predicted, _report
+from remat_cli.runtime.report import RunReport, _compare, _mb, _measured, _predicted, _report
 from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, simulate
 

@@ -1,3 +1,3 @@
-from remat_cli.cli import main
+from remat_cli.cli import run
 
-main()
+run()

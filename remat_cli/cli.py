@@ -628,3 +628,9 @@ def _register_sweep_commands() -> None:
 _register_runtime_commands()
 _register_sweep_commands()
 main.add_command(plan_command)
+
+
+def run() -> None:
+    """The `remat` executable: one process, one command, so --time-limit counts from its start."""
+    watchdog.process_is_command()
+    main()

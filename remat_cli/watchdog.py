@@ -51,16 +51,21 @@ def _process_started() -> float:
 
 #: when the process started: a `remat` command's time limit counts from here
 COMMAND_STARTED = _process_started()
-#: a process older than this when a command begins is a long-lived host (a test runner, a
-#: notebook calling the CLI in-process), not one `remat` command
-_FRESH_PROCESS_SECONDS = 30.0
+#: set by the `remat` entry point (:func:`remat_cli.cli.run`): this process is one command
+_PROCESS_IS_COMMAND = False
+
+
+def process_is_command() -> None:
+    """Count --time-limit from the process's start: called by the `remat` executable only."""
+    global _PROCESS_IS_COMMAND
+    _PROCESS_IS_COMMAND = True
 
 
 def command_started(now: float) -> float:
     """Where --time-limit counts from for a command beginning at `now`: the process's start when
     the process is this command (its start-up and imports count, as a user timing it sees), else
-    `now`."""
-    return COMMAND_STARTED if now - COMMAND_STARTED < _FRESH_PROCESS_SECONDS else now
+    `now` (the CLI called in a long-lived process: a test runner, a notebook)."""
+    return COMMAND_STARTED if _PROCESS_IS_COMMAND else now
 
 
 _PROGRESS_EVERY = 0.25  # seconds between progress messages from the child

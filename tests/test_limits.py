@@ -163,12 +163,13 @@ def test_incumbents_keep_every_step_field() -> None:
     assert _unpack(_pack(steps)) == steps
 
 
-def test_a_long_lived_process_counts_from_the_command() -> None:
-    """In a process that has run for a while (a test runner, a notebook) the time limit counts
-    from the command, not from the process's start."""
+def test_a_long_lived_process_counts_from_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called in-process (a test runner, a notebook) the time limit counts from the command; the
+    `remat` executable counts from its process's start."""
     from remat_cli import watchdog
 
-    fresh = watchdog.COMMAND_STARTED + 1.0
-    assert watchdog.command_started(fresh) == watchdog.COMMAND_STARTED
-    late = watchdog.COMMAND_STARTED + 3600.0
-    assert watchdog.command_started(late) == late
+    later = watchdog.COMMAND_STARTED + 3600.0
+    monkeypatch.setattr(watchdog, "_PROCESS_IS_COMMAND", False)
+    assert watchdog.command_started(later) == later
+    watchdog.process_is_command()
+    assert watchdog.command_started(later) == watchdog.COMMAND_STARTED

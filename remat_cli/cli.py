@@ -30,6 +30,7 @@ from remat_cli.cli_common import (
     FiniteFloatRange,
     OneLineErrors,
     check_writable,
+    device_budgets,
     emit,
     err,
     fail,
@@ -37,59 +38,19 @@ from remat_cli.cli_common import (
     friendly_errors,
     graph_options,
     human_bytes,
+    parse_solver_args,
     print_summary,
     read_graph,
     read_schedule,
     resolve_budget,
 )
 from remat_cli.commands.plan import plan as plan_command
-from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
-from remat_cli.solver import OptionError, Param, SolveOptions, Solver
+from remat_cli.solver import SolveOptions
 from remat_cli.sweep.runner import solve_in_subprocess
 from remat_cli.watchdog import run_guarded
-
-
-# ---- solver-specific options: --name-with-dashes after the solver is known ----
-def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
-    spec: dict[str, Param] = {f"--{p.name.replace('_', '-')}": p for p in solver.params}
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        key, eq, inline = arg.partition("=")
-        negated = key.startswith("--no-") and f"--{key[5:]}" in spec and spec[f"--{key[5:]}"].type is bool
-        p = spec.get(f"--{key[5:]}" if negated else key)
-        if p is None:
-            known = ", ".join(spec) or "none"
-            raise BadInput(f"unknown option {key!r} for solver {solver.name!r} (its options: {known})")
-        if p.type is bool:
-            if eq:
-                raise BadInput(f"{key} is a flag and takes no value")
-            out[p.name] = not negated
-            i += 1
-            continue
-        if eq:
-            raw = inline
-            i += 1
-        elif i + 1 < len(args):
-            raw = args[i + 1]
-            i += 2
-        else:
-            raise BadInput(f"{key} needs a value")
-        try:
-            value = p.parse(raw)
-        except OptionError as e:
-            raise BadInput(str(e)) from None
-        out[p.name] = value
-    return out
-
-
-def device_budgets(graph: Graph, text: str) -> dict[str, int]:
-    """--budget for a multi-device graph: {device: bytes}."""
-    return resolve_device_budgets(graph, text, baseline(graph).peak_memory)
 
 
 # ---- commands ----

@@ -23,12 +23,13 @@ from rich.console import Console
 from remat_cli import registry
 from remat_cli.api import InputError, budget_bytes, user_message
 from remat_cli.budget import BudgetError
+from remat_cli.devices import resolve_device_budgets
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.importers.notes import ImportNote
 from remat_cli.runner import SolverBug
-from remat_cli.schedule import Schedule, ScheduleError
-from remat_cli.solver import OptionError
+from remat_cli.schedule import Schedule, ScheduleError, baseline
+from remat_cli.solver import OptionError, Param, Solver
 
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -256,3 +257,43 @@ class OneLineErrors(click.Group):
             return super().invoke(ctx)
         except click.BadParameter as e:
             raise BadInput(e.format_message()) from None
+
+
+# ---- solver-specific options: --name-with-dashes after the solver is known ----
+def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
+    spec: dict[str, Param] = {f"--{p.name.replace('_', '-')}": p for p in solver.params}
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, eq, inline = arg.partition("=")
+        negated = key.startswith("--no-") and f"--{key[5:]}" in spec and spec[f"--{key[5:]}"].type is bool
+        p = spec.get(f"--{key[5:]}" if negated else key)
+        if p is None:
+            known = ", ".join(spec) or "none"
+            raise BadInput(f"unknown option {key!r} for solver {solver.name!r} (its options: {known})")
+        if p.type is bool:
+            if eq:
+                raise BadInput(f"{key} is a flag and takes no value")
+            out[p.name] = not negated
+            i += 1
+            continue
+        if eq:
+            raw = inline
+            i += 1
+        elif i + 1 < len(args):
+            raw = args[i + 1]
+            i += 2
+        else:
+            raise BadInput(f"{key} needs a value")
+        try:
+            value = p.parse(raw)
+        except OptionError as e:
+            raise BadInput(str(e)) from None
+        out[p.name] = value
+    return out
+
+
+def device_budgets(graph: Graph, text: str) -> dict[str, int]:
+    """--budget for a multi-device graph: {device: bytes}."""
+    return resolve_device_budgets(graph, text, baseline(graph).peak_memory)

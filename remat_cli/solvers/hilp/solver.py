@@ -13,6 +13,7 @@ from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
 from remat_cli.solvers.hilp.hpartition import LevelGraph, h_partition
 from remat_cli.solvers.hilp.model import Instance, build_instance, flatten, trivial
+from remat_cli.solvers.hilp.portfolio import FALLBACK, Portfolio
 from remat_cli.solvers.hilp.subgraphs import Job, run_jobs, solve_instance
 from remat_cli.solvers.hilp.units import (
     Opt,
@@ -27,7 +28,6 @@ from remat_cli.solvers.hilp.units import (
 )
 
 #: whole-graph solvers tried, in this order, when the H-ILP finds nothing within budget
-FALLBACK = ("greedy", "fastsa")
 #: the refined top (units replaced by their pieces where the memory is) has at most this many
 #: times M^t compute nodes
 FINER_TOP = 3
@@ -218,7 +218,9 @@ class _Solve:
         # leaf solvers on the whole graph, the framework of solvers (§3.2.1) applied at the
         # top, compete with it, and nothing is called infeasible before they have run
         if self.portfolio is not None:
-            fb = self.portfolio.collect(self.limit - self.elapsed() if self.limit is not None else 0.0)
+            fb = self.portfolio.collect(
+                self.limit - self.elapsed() if self.limit is not None else 0.0, self.helper_notes
+            )
         elif self.p.get("fallback") != "none":
             fb = self.fallback(None if best is None else best[:2])
         else:
@@ -548,58 +550,3 @@ def _baseline_steps(g: Graph) -> list[Step]:
     from remat_cli.schedule import baseline_steps
 
     return baseline_steps(g)
-
-
-class Portfolio:
-    """Whole-graph greedy, then fastsa with the time left, in a forked process beside the
-    H-ILPs (the "framework of solvers" of §3.2.1 applied to the whole graph, in parallel)."""
-
-    def __init__(self, graph: Graph, budget: int, limit: float, seed: int):
-        import multiprocessing as mp
-
-        self.g = graph
-        self.budget = budget
-        ctx = mp.get_context("fork")
-        self.conn, child = ctx.Pipe(duplex=False)
-        # a little before the limit, so that its schedules are back when the H-ILPs end
-        self.proc = ctx.Process(target=_portfolio_main, args=(child, graph, budget, 0.95 * limit, seed))
-        self.proc.start()
-        child.close()
-
-    def collect(self, wait: float) -> tuple[float, list[Step], int, str] | None:
-        """The cheapest schedule within budget it sent, waiting at most `wait` (+5) seconds."""
-        if not self.conn.poll(max(0.0, wait) + 5.0):
-            return None
-        out: tuple[float, list[Step], int, str] | None = None
-        for name, steps in self.conn.recv():
-            sim = simulate(self.g, steps)
-            if sim.peak_memory <= self.budget and (out is None or sim.cost < out[0]):
-                out = (sim.cost, steps, sim.peak_memory, name)
-        return out
-
-    def stop(self) -> None:
-        if self.proc.is_alive():
-            self.proc.terminate()
-        self.proc.join()
-        self.conn.close()
-
-
-def _portfolio_main(conn: Any, graph: Graph, budget: int, limit: float, seed: int) -> None:
-    from remat_cli import registry
-
-    started = time.monotonic()
-    found: list[tuple[str, list[Step]]] = []
-    for name in FALLBACK:
-        if name not in registry.names():
-            continue
-        solver = registry.get(name)
-        if solver.availability()[0] != "available" or solver.supports(graph) is not None:
-            continue
-        left = max(5.0 if name == "greedy" else 0.5, limit - (time.monotonic() - started))
-        opts = SolveOptions(time_limit=left, seed=seed, workers=1)
-        opts.params = solver.defaults()
-        r = solver.solve(graph, budget, opts)
-        if r.steps is not None:
-            found.append((name, r.steps))
-    conn.send(found)
-    conn.close()

@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=2.0)
     ap.add_argument("--every", type=int, default=100, help="write results every N graphs")
     ap.add_argument("--name", default="fuzz", help="bench/results/NAME.json (shards of one run)")
+    ap.add_argument("--note", default="quiet machine (2 cores)", help="recorded with the results")
     ap.add_argument("--merge", default=None, help="comma-separated result names: sum them into NAME")
     args = ap.parse_args()
     if args.merge:
@@ -68,7 +69,7 @@ def main() -> None:
             graphs_requested=args.graphs,
             seconds=round(time.monotonic() - t0, 1),
             failures=failures[:50],
-            note="loaded machine (2 cores shared by ~8 engineers)",
+            note=args.note,
         )
 
     for i in range(args.graphs):
@@ -124,7 +125,8 @@ def merge(shards: list[str], name: str) -> None:
             for k, v in row["statuses"].items():
                 t["statuses"][k] = t["statuses"].get(k, 0) + v
     shard_info = [
-        {k: r[k] for k in ("command", "date", "graphs", "seconds", "failures")} | {"name": s}
+        {k: r[k] for k in ("command", "date", "graphs", "seconds", "failures")}
+        | {"name": s, "note": r.get("note")}
         for s, r in zip(shards, records, strict=True)
     ]
     total = sum(r["graphs"] for r in records)

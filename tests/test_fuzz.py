@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from remat_cli import registry
 from remat_cli.graph import Graph
+from remat_cli.solvers.greedy import low_memory_order
 from remat_cli.solvers.greedy.dtr import _smallest
 from remat_cli.testing import brute_force_min_cost
 from tests.fuzzgraphs import budget_between, check, random_graph
@@ -50,6 +51,22 @@ def test_found_by_the_fuzzer_moccasin_multi_output_optimality() -> None:
     budget = 258
     assert brute_force_min_cost(g, budget) == 20.0
     assert check(g, budget, "moccasin", 20.0) is None
+
+
+#: found by bench/fuzz.py (graph 2197, seed 3): n0's two outputs both feed n2, and the low-memory
+#: order counted n2's wait once per producer but released it once per value, so n2 ran before n1
+#: (greedy, and every solver warm-started by it, crashed with KeyError)
+MULTI_OUTPUT_PRODUCER = json.loads(
+    '{"format": "remat-graph", "version": 1, "name": "fuzz", "values": [{"id": "x0", "size": 18, "role": "input"}, {"id": "w", "size": 13, "role": "parameter"}, {"id": "v0_0", "size": 8, "role": "intermediate"}, {"id": "v0_1", "size": 68, "role": "intermediate"}, {"id": "v1_0", "size": 24, "role": "intermediate"}, {"id": "v1_1", "size": 64, "role": "intermediate"}, {"id": "v2_0", "size": 49, "role": "intermediate"}, {"id": "v3_0", "size": 51, "role": "intermediate"}, {"id": "v3_1", "size": 17, "role": "intermediate"}], "nodes": [{"id": "n0", "inputs": [], "outputs": ["v0_0", "v0_1"], "cost": 9.0, "workspace": 0, "recomputable": true}, {"id": "n1", "inputs": ["x0"], "outputs": ["v1_0", "v1_1"], "cost": 4.0, "workspace": 27, "recomputable": true}, {"id": "n2", "inputs": ["v0_0", "v0_1", "v1_0"], "outputs": ["v2_0"], "cost": 6.0, "workspace": 0, "recomputable": true}, {"id": "n3", "inputs": ["v1_0", "x0", "w"], "outputs": ["v3_0", "v3_1"], "cost": 6.0, "workspace": 0, "recomputable": true}], "outputs": ["v2_0", "v1_1"]}'
+)
+
+
+@pytest.mark.parametrize("solver", ["greedy", "auto", "fastsa", "hilp"])
+def test_found_by_the_fuzzer_low_memory_order_with_a_two_output_producer(solver: str) -> None:
+    g = Graph.model_validate(MULTI_OUTPUT_PRODUCER)
+    order = low_memory_order(g)
+    assert order.index("n1") < order.index("n2")
+    assert check(g, 228, solver, brute_force_min_cost(g, 228), 5.0) is None
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -70,11 +70,11 @@ def low_memory_order(graph: Graph) -> list[str]:
         order.append(n)
         for v in dict.fromkeys(nm[n].inputs):
             unread[v] -= 1
-        for v in nm[n].outputs:
-            for c in readers.get(v, ()):
-                waiting[c] -= 1
-                if waiting[c] == 0:
-                    ready.add(c)
+        # once per consumer: `waiting` counts producers, and a consumer may read several outputs
+        for c in dict.fromkeys(c for v in nm[n].outputs for c in readers.get(v, ())):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.add(c)
     return order
 
 

@@ -14,6 +14,8 @@ from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
 SPLIT_DEPTH = 4
 #: the pass stops after this many rounds without lowering the peak or the total excess
 STALL_ROUNDS = 8
+#: when no split scores a gain by the estimates, this many are tried on the exact profile
+EXACT_CANDIDATES = 16
 
 
 def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
@@ -79,6 +81,9 @@ def _split(
                 break  # the estimates stopped matching the exact profile
         best = _best_split(a, seq, prof, intervals, t, budget, depth)
         if best is None:
+            # the estimates see no gain left: score a few candidates on the exact profile
+            best = _best_split(a, seq, prof, intervals, t, budget, depth, exact=EXACT_CANDIDATES)
+        if best is None:
             break
         b, nodes = best
         nodes = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
@@ -109,8 +114,11 @@ def _best_split(
     t: int,
     budget: float,
     depth: int,
+    exact: int = 0,
 ) -> tuple[int, list[int]] | None:
-    """The best (position, nodes to insert there) lowering the excess at instant t, if any."""
+    """The best (position, nodes to insert there) lowering the excess at instant t, if any.
+    With `exact`, the first `exact` candidates (by the score bound) are inserted and decoded, and
+    the one lowering (peak, total excess) the most wins: slower, but free of the estimates."""
     excess = np.maximum(prof - budget, 0.0)
     # sparse table: the max of prof over [i, j) in O(1), for the common "stays under" test
     table = [prof]
@@ -127,7 +135,15 @@ def _best_split(
         return max(lv[i], lv[j - (1 << k)])
 
     loss_memo: dict[tuple[int, int], float] = {}
-    plan_memo: dict[tuple[int, int, int], tuple[float, float, list[int]]] = {}
+    plan_memo: dict[tuple[int, int, int], tuple[float, float, float, list[int]]] = {}
+
+    def dead_at(x: int, b: int) -> bool:
+        # x is not live at instant b in the current sequence: keeping it for a recomputation
+        # inserted before b adds its bytes at the inserted instant too
+        for iv in reversed(intervals[x]):
+            if iv[0] < b:
+                return iv[1] < b
+        return True
 
     def extend_loss(x: int, b: int) -> float:
         key = (x, b)
@@ -152,26 +168,29 @@ def _best_split(
             return 0.0
         return _segment_loss(prof, ex + 1, b, size[x], budget)
 
-    def plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
+    def plan(p: int, b: int, d: int) -> tuple[float, float, float, list[int]]:
         key = (p, b, d)
         r = plan_memo.get(key)
         if r is None:
             r = plan_memo[key] = _plan(p, b, d)
         return r
 
-    def _plan(p: int, b: int, d: int) -> tuple[float, float, list[int]]:
-        """(cost, excess added, nodes to insert before position b) to recompute node p there."""
-        cost, loss, nodes = cost_of[p], 0.0, []
+    def _plan(p: int, b: int, d: int) -> tuple[float, float, float, list[int]]:
+        """(cost, excess added, bytes kept alive up to b that are not live there, nodes to insert
+        before position b) to recompute node p there."""
+        cost, loss, held, nodes = cost_of[p], 0.0, 0.0, []
         for x in ins[p]:
             keep = extend_loss(x, b)
             if keep > 0 and d > 0 and evictable[x]:
-                c2, l2, n2 = plan(producer[x], b, d - 1)
+                c2, l2, h2, n2 = plan(producer[x], b, d - 1)
                 # recompute x instead when that costs less excess per unit of extra cost
                 if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
-                    cost, loss, nodes = cost + c2, loss + l2, nodes + n2
+                    cost, loss, held, nodes = cost + c2, loss + l2, held + h2, nodes + n2
                     continue
             loss += keep
-        return cost, loss, nodes + [p]
+            if dead_at(x, b):
+                held += size[x]
+        return cost, loss, held, nodes + [p]
 
     n_t = seq[t]
     touched = set(a.ins[n_t]) | set(a.outs[n_t])
@@ -191,15 +210,25 @@ def _best_split(
             break
     cands.sort(key=lambda c: (-c[0], c[1]))
     best: tuple[int, list[int]] | None = None
+    if exact:
+        now = (float(prof[t]), float(excess.sum()))
+        for _, v, b in cands[:exact]:
+            nodes = list(dict.fromkeys(plan(a.producer[v], b, depth)[3]))
+            prof2, _ = _decode(a, seq[:b] + nodes + seq[b:])
+            after = (float(prof2.max()), float(np.maximum(prof2 - budget, 0.0).sum()))
+            if after < now:
+                best, now = (b, nodes), after
+        return best
     best_score = 0.0
     for bound, v, b in cands:
         if bound <= best_score:
             break  # the loss is >= 0 and the cost >= the producer's: no later one wins
-        cost, loss, nodes = plan(a.producer[v], b, depth)
+        cost, loss, held, nodes = plan(a.producer[v], b, depth)
         # the inserted instant itself: what is live before position b, with the producer's
-        # outputs (about v's bytes) and the other inserted nodes' outputs (inputs of the producer)
+        # outputs (about v's bytes), the other inserted nodes' outputs (inputs of the producer)
+        # and the inputs kept alive for it
         at_b = seq[b]
-        inserted = prof[b] - a.out_size[at_b] - a.workspace[at_b] + a.workspace[nodes[-1]]
+        inserted = prof[b] - a.out_size[at_b] - a.workspace[at_b] + a.workspace[nodes[-1]] + held
         inserted += sum(a.out_size[m] for m in dict.fromkeys(nodes[:-1]))
         loss += max(0.0, inserted - budget)
         score = (bound * max(float(a.cost[a.producer[v]]), 1e-9) - loss) / max(cost, 1e-9)

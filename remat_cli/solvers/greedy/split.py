@@ -134,39 +134,30 @@ def _best_split(
         lv = levels[k]
         return max(lv[i], lv[j - (1 << k)])
 
-    loss_memo: dict[tuple[int, int], float] = {}
+    keep_memo: dict[tuple[int, int], tuple[float, float]] = {}
     plan_memo: dict[tuple[int, int, int], tuple[float, float, float, list[int]]] = {}
 
-    def dead_at(x: int, b: int) -> bool:
-        # x is not live at instant b in the current sequence: keeping it for a recomputation
-        # inserted before b adds its bytes at the inserted instant too
-        for iv in reversed(intervals[x]):
-            if iv[0] < b:
-                return iv[1] < b
-        return True
-
-    def extend_loss(x: int, b: int) -> float:
+    def keep_alive(x: int, b: int) -> tuple[float, float]:
         key = (x, b)
-        r = loss_memo.get(key)
+        r = keep_memo.get(key)
         if r is None:
-            r = loss_memo[key] = _extend_loss(x, b)
+            r = keep_memo[key] = _keep_alive(x, b)
         return r
 
-    def _extend_loss(x: int, b: int) -> float:
-        # excess added by keeping x alive from its last read before b up to b
-        last = None
+    def _keep_alive(x: int, b: int) -> tuple[float, float]:
+        # (excess added by keeping x alive from its last read before b up to b, x's bytes when it
+        # is not live at instant b: a recomputation inserted before b holds them there too)
         for iv in reversed(intervals[x]):
             if iv[0] < b:
-                last = iv
+                ex = iv[1]
                 break
-        if last is None:
-            return np.inf
-        ex = last[1]
+        else:
+            return np.inf, size[x]
         if ex >= b:
-            return 0.0
+            return 0.0, 0.0
         if b <= ex + 1 or range_max(ex + 1, b) + size[x] <= budget:
-            return 0.0
-        return _segment_loss(prof, ex + 1, b, size[x], budget)
+            return 0.0, size[x]
+        return _segment_loss(prof, ex + 1, b, size[x], budget), size[x]
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, float, list[int]]:
         key = (p, b, d)
@@ -180,17 +171,18 @@ def _best_split(
         before position b) to recompute node p there."""
         cost, loss, held, nodes = cost_of[p], 0.0, 0.0, []
         for x in ins[p]:
-            keep = extend_loss(x, b)
+            keep, bytes_at_b = keep_alive(x, b)
             if keep > 0 and d > 0 and evictable[x]:
                 c2, l2, h2, n2 = plan(producer[x], b, d - 1)
                 # recompute x instead when that costs less excess per unit of extra cost
                 if l2 < keep and (c2 == 0 or (keep - l2) / c2 > keep / max(cost, 1e-9)):
-                    cost, loss, held, nodes = cost + c2, loss + l2, held + h2, nodes + n2
+                    cost, loss, held = cost + c2, loss + l2, held + h2
+                    nodes.extend(n2)
                     continue
             loss += keep
-            if dead_at(x, b):
-                held += size[x]
-        return cost, loss, held, nodes + [p]
+            held += bytes_at_b
+        nodes.append(p)
+        return cost, loss, held, nodes
 
     n_t = seq[t]
     touched = set(a.ins[n_t]) | set(a.outs[n_t])

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import write_results  # noqa: E402
 
 from remat_cli import registry  # noqa: E402
+from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.testing import brute_force_min_cost  # noqa: E402
 from tests.fuzzgraphs import budget_between, check, random_graph  # noqa: E402
 
@@ -125,8 +126,8 @@ def merge(shards: list[str], name: str) -> None:
             for k, v in row["statuses"].items():
                 t["statuses"][k] = t["statuses"].get(k, 0) + v
     shard_info = [
-        {k: r[k] for k in ("command", "date", "graphs", "seconds", "failures")}
-        | {"name": s, "note": r.get("note")}
+        {k: r[k] for k in ("command", "date", "graphs", "seconds")}
+        | {"name": s, "note": r.get("note"), "failures": [recheck(f) for f in r["failures"]]}
         for s, r in zip(shards, records, strict=True)
     ]
     total = sum(r["graphs"] for r in records)
@@ -134,6 +135,15 @@ def merge(shards: list[str], name: str) -> None:
         name, list(rows.values()), graphs=total, shards=shard_info, note=records[0].get("note")
     )
     print(f"{total} graphs from {len(shards)} runs -> {path}")
+
+
+def recheck(failure: dict) -> dict:
+    """A shard's failure with `reproduces_now`: the same check on the same graph and budget with
+    the code as it is now (a failure fixed since the shard ran says false)."""
+    g = Graph.model_validate(failure["graph"])
+    budget = failure["budget"]
+    now = check(g, budget, failure["solver"], brute_force_min_cost(g, budget), 2.0)
+    return failure | {"reproduces_now": now is not None, "problem_now": now}
 
 
 if __name__ == "__main__":

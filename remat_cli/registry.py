@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
@@ -211,6 +212,17 @@ def numba_cache_cold(name: str) -> bool:
     origin = Path(spec.origin)
     if not os.access(origin.parent, os.W_OK):
         return False  # numba then caches in the user's cache folder
-    if spec.submodule_search_locations:  # a package: any cache in it
-        return not any(origin.parent.rglob("__pycache__/*.nbi"))
-    return not any((origin.parent / "__pycache__").glob(f"{origin.stem}*.nbi"))
+    if spec.submodule_search_locations:  # a package: a cache of any of its modules
+        return not any(_numba_cache_of_a_module(f) for f in origin.parent.rglob("__pycache__/*.nbi"))
+    return not any(
+        _numba_cache_of_a_module(f) for f in (origin.parent / "__pycache__").glob(f"{origin.stem}*.nbi")
+    )
+
+
+def _numba_cache_of_a_module(index: Path) -> bool:
+    """Whether numba's cache index ``<dir>/__pycache__/<module>.<function>-<line>.py<XY>.nbi`` is
+    for this Python and a module that exists now, ``<dir>/<module>.py`` (not one left behind by a
+    module since moved, e.g. the fastsa kernel before it became a package)."""
+    module, _, rest = index.name.partition(".")
+    tag = f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    return rest.endswith(tag + ".nbi") and (index.parent.parent / f"{module}.py").is_file()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -186,6 +189,69 @@ def test_leaf_solvers_add_options() -> None:
     sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
+
+
+FAILING_PLUGIN = """\
+import os
+
+from remat_cli.solver import Solver
+
+
+class Refuses(Solver):
+    name = "refuses"
+    method = "a plugin solver that always raises"
+    paper = "-"
+
+    def solve(self, graph, budget, options):
+        raise ValueError(f"refused in process {os.getpid()}")
+"""
+
+
+@pytest.fixture()
+def failing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A solver that raises, installed the way a plugin is: a distribution on sys.path whose
+    entry point in the ``remat.solvers`` group names it."""
+    from remat_cli import registry
+
+    (tmp_path / "refuses_plugin.py").write_text(FAILING_PLUGIN)
+    dist = tmp_path / "refuses_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: refuses-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[{registry.ENTRY_POINT_GROUP}]\nrefuses = refuses_plugin:Refuses\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._table.cache_clear()
+    assert "refuses" in registry.names()
+    yield "refuses"
+    monkeypatch.undo()
+    registry._table.cache_clear()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_failing_leaf_solver_is_named_in_the_message(failing_plugin: str, jobs: int) -> None:
+    """Issue 21 item 4: a leaf solver that raises costs only its options, and its failure reaches
+    the H-ILP's message, also from the forked job processes (jobs=2: the pid in the note is not
+    ours)."""
+    g = G.transformer(layers=1, seed=2)
+    budget = int(0.8 * baseline(g).peak_memory)
+    params = {
+        "max_subgraph": 5,
+        "max_top": 4,
+        "leaf_solvers": failing_plugin,
+        "jobs": jobs,
+        "fallback": "none",
+    }
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
+    assert sched is not None and simulate(g, sched.steps).peak_memory <= budget
+    m = re.search(
+        r"subgraph '[^']+' \((\d+) operators\): refuses failed: ValueError: refused in process (\d+)",
+        res.message or "",
+    )
+    assert m is not None, res.message
+    assert int(m.group(1)) > 1
+    assert (int(m.group(2)) != os.getpid()) == (jobs > 1)
+    assert res.message.count("refuses failed") == 1  # one note per solver, however many subgraphs
 
 
 def test_backward_pairs_inferred_from_op_names() -> None:

@@ -30,14 +30,23 @@ def test_cold_until_numba_has_cached_a_kernel(fake: Path, monkeypatch: pytest.Mo
     assert not registry.numba_cache_cold("fake-plain")  # no numba: nothing to compile
     assert not registry.numba_cache_cold("no-such-solver")
     # numba's cache files: <dir>/__pycache__/<module>.<function>-<line>.py<ver>.nbi
-    cache = fake / "fakepkg" / "kernels" / "__pycache__"
-    cache.mkdir(parents=True)
-    (cache / "kernel.sa_chunk-101.py311.nbi").write_bytes(b"")
+    py = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    kernels = fake / "fakepkg" / "kernels"
+    (kernels / "__pycache__").mkdir(parents=True)
+    (kernels / "__pycache__" / f"kernel.sa_chunk-101.{py}.nbi").write_bytes(b"")
+    # left behind by a module that is gone (e.g. moved into a package), or for another Python
+    (kernels / "__pycache__" / "mutations._add-20.py27.nbi").write_bytes(b"")
+    (kernels / "mutations.py").write_text("")
+    assert registry.numba_cache_cold("fake-pkg")
+    (kernels / "kernel.py").write_text("")
     assert not registry.numba_cache_cold("fake-pkg")
     (fake / "__pycache__").mkdir()
-    (fake / "__pycache__" / "other_kernel.f-1.py311.nbi").write_bytes(b"")
+    (fake / "other_kernel.py").write_text("")
+    (fake / "__pycache__" / f"other_kernel.f-1.{py}.nbi").write_bytes(b"")
     assert registry.numba_cache_cold("fake-mod")  # another module's cache does not count
-    (fake / "__pycache__" / "fakemod_kernel.f-1.py311.nbi").write_bytes(b"")
+    (fake / "__pycache__" / f"fakemod_kernel.f-1.{py}.nbi").write_bytes(b"")
+    assert registry.numba_cache_cold("fake-mod")  # no fakemod_kernel.py any more
+    (fake / "fakemod_kernel.py").write_text("")
     assert not registry.numba_cache_cold("fake-mod")
     assert "fakepkg" not in sys.modules and "fakemod" not in sys.modules
 

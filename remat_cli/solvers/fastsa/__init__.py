@@ -9,7 +9,7 @@ The graph is folded to one memory block per node (``NodeView``). A state is a fi
 sequence of nodes and ``nop`` slots (§2.2, App. D.4); mutations add a node at a nop slot, remove
 one, or rotate one to another slot, subject to the validity conditions of §2.2; the peak M(S) is
 maintained incrementally in a range-add / range-max segment tree (§2.1.1, §2.2.1) by the compiled
-kernel in :mod:`remat_cli.solvers.fastsa.kernel`. The objective is eq. (1)
+kernels of :mod:`remat_cli.solvers.fastsa.kernel`. The objective is eq. (1)
 ``max(budget, M)·C`` or, by default, the budget-respecting variant of footnote 2 of §3.1.
 
 Two stages (§2.2.2, App. C.1, App. D.4): with ``--grouping`` a first SA on grouped nodes
@@ -21,7 +21,7 @@ was worse under the same time (bench/fastsa.py: e.g. RL n500 at 80% 3.2% vs 1.2%
 CM2 at 80% 0.43% vs 0.36%): their model inputs are tiny or absent, so do_fuse holds from the
 sources onwards and Algorithm 1 alone folds each whole graph into one group (``max_group`` caps
 that). The best schedules found (least feasible cost, least peak, per stage, and the last state)
-are each polished (a deviation: :func:`remat_cli.solvers.fastsa.kernel.polish` greedily removes
+are each polished (a deviation: :func:`remat_cli.solvers.fastsa.kernel.anneal.polish` greedily removes
 the computations that are not needed to stay within the budget, e.g. the zero-cost copies the
 cold stage has no reason to drop: CM1 at 80% keeps its 0.136% with 3 instead of ~30
 recomputations), go through ``steps_from_sequence`` (free after last use) and the project
@@ -31,7 +31,7 @@ Deviations, all switchable: the initial temperature is 0.3% of f(S0) instead of 
 0.1% (on the Table-1 graphs, whose single moves change f by around 1%, 0.1% is close to greedy:
 RL n100 at 80% ended at 1.6% cost increase, at 0.3% at 0.0%); the mutation mix
 (``rotate_share``; the paper gives none); ``local`` proposals (times drawn inside the
-window where a mutation can be valid, see :func:`remat_cli.solvers.fastsa.kernel.sa_chunk`; 75%
+window where a mutation can be valid, see :func:`remat_cli.solvers.fastsa.kernel.anneal.sa_chunk`; 75%
 of the proposals by default: on random_layered_n1000 about 75% of local proposals pass the §2.2
 conditions against about 25% of uniform ones, so each iteration does far more; with 11M
 iterations RL n500 at 70% ends at 4.8% (uniform, 22M: 5.6%) and RL n250 at 70% near 1.1-1.4%

@@ -122,6 +122,8 @@ class _Solve:
         self.limit = options.time_limit
         #: failures of helper solvers (registry.call_solver), reported in the message
         self.helper_notes: list[str] = []
+        #: failures of leaf solvers on subgraphs, as (solver, note), from the job processes
+        self.leaf_failures: list[tuple[str, str]] = []
         self.started = time.monotonic()
         fallback = params.get("fallback") != "none"
         #: with two workers or more the whole-graph fallbacks run beside the H-ILPs in a process
@@ -238,8 +240,9 @@ class _Solve:
             msg += "; whole-graph greedy and fastsa found none either"
         else:
             msg += "; used: H-ILP"
-        if self.helper_notes:
-            msg += "; " + "; ".join(self.helper_notes)
+        notes = _leaf_failure_notes(self.leaf_failures) + self.helper_notes
+        if notes:
+            msg += "; " + "; ".join(notes)
         if best is None:
             return SolverResult(
                 steps=None,
@@ -493,8 +496,9 @@ class _Solve:
                 )
             )
         results = self.run_jobs(ctx, jobs)
-        for ui, opts in zip(owners, results, strict=True):
+        for ui, (opts, failures) in zip(owners, results, strict=True):
             new_units[ui].options = opts
+            self.leaf_failures.extend(failures)
         for ui, rep, order in translate:
             mapping = dict(zip(reps[rep], order, strict=True))
             u = new_units[ui]
@@ -523,7 +527,7 @@ class _Solve:
             if len(u.options) > 1:
                 u.options = spread(u.options, max(floor, round(n_o * u.ops / total)))
 
-    def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[list[Opt]]:
+    def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[tuple[list[Opt], list[tuple[str, str]]]]:
         return run_jobs(ctx, jobs, int(self.p["jobs"]))
 
     def early_incumbent(self) -> None:
@@ -538,6 +542,21 @@ class _Solve:
         r = registry.call_solver("greedy", self.g, self.budget, sub, self.helper_notes)
         if r is not None and r.steps is not None and simulate(self.g, r.steps).peak_memory <= self.budget:
             self.opt.incumbent(r.steps)
+
+
+def _leaf_failure_notes(failures: list[tuple[str, str]]) -> list[str]:
+    """One note per failed leaf solver: its first failure, and on how many more subgraphs."""
+    first: dict[str, str] = {}
+    more: dict[str, int] = {}
+    for name, note in failures:
+        if name in first:
+            more[name] = more.get(name, 0) + 1
+        else:
+            first[name] = note
+    return [
+        note + (f" (and on {more[name]} more subgraphs)" if name in more else "")
+        for name, note in first.items()
+    ]
 
 
 def _fractions(levels: int) -> tuple[float, ...]:

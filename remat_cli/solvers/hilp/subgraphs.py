@@ -104,8 +104,9 @@ def solve_instance(
     return decode(inst, res.x, R), status
 
 
-def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
-    """Schedules of the unit under several budgets (its options), plus the two trivial ones."""
+def unit_options(ctx: Ctx, job: Job) -> tuple[list[Opt], list[tuple[str, str]]]:
+    """Schedules of the unit under several budgets (its options), plus the two trivial ones;
+    and the failures of its leaf solvers as (solver, note) for the H-ILP's message."""
     unit = job.unit
     assert unit.children is not None
     inst = build_instance(ctx, unit.children, with_loss=unit.layer)
@@ -138,33 +139,41 @@ def unit_options(ctx: Ctx, job: Job) -> list[Opt]:
         if sched is not None:
             f, b = flatten(inst, sched)
             found.append(measure(ctx, owned, f, b))
+    failures: list[tuple[str, str]] = []
     for name in job.leaf_solvers:
-        found.extend(_leaf_solver_options(ctx, unit, sub, name, lo, hi, job))
-    return pareto(found)
+        found.extend(_leaf_solver_options(ctx, unit, sub, name, lo, hi, job, failures))
+    return pareto(found), failures
+
+
+#: longest note on a failed leaf solver sent back from a worker process
+NOTE_CHARS = 200
 
 
 def _leaf_solver_options(
-    ctx: Ctx, unit: Unit, sub: Graph, name: str, lo: int, hi: int, job: Job
+    ctx: Ctx, unit: Unit, sub: Graph, name: str, lo: int, hi: int, job: Job, failures: list[tuple[str, str]]
 ) -> list[Opt]:
     """Options from another registered solver run on the unit's own Graph (the "framework of
-    solvers", §3.2.1): its compute sequence, split at the virtual loss."""
+    solvers", §3.2.1): its compute sequence, split at the virtual loss. Run through
+    ``registry.call_solver``: an unknown, unavailable or inapplicable solver adds nothing; a
+    failure costs the options of that budget and adds a short note to `failures` (its first
+    failure on this unit), which travels back from a job process with the options."""
     from remat_cli import registry
 
-    try:
-        solver = registry.get(name)
-    except KeyError:
-        return []
-    if solver.availability()[0] != "available" or solver.supports(sub) is not None:
-        return []
     out = []
     per = None if job.time_limit is None else job.time_limit / max(1, len(job.fractions))
+    notes: list[str] = []
     for frac in job.fractions:
         budget = int(lo + frac * (hi - lo))
-        opts = SolveOptions(time_limit=per, seed=job.seed, workers=1)
-        opts.params = solver.defaults()
-        try:
-            r = solver.solve(sub, budget, opts)
-        except Exception:  # a failing helper solver only costs its options
+        failed = len(notes)
+        r = registry.call_solver(
+            name, sub, budget, SolveOptions(time_limit=per, seed=job.seed, workers=1), notes
+        )
+        if r is None and len(notes) == failed:
+            break  # unknown, unavailable or not applicable: at any budget
+        if r is None:
+            if failed == 0:
+                note = f"subgraph {(unit.fwd + unit.bwd)[0]!r} ({unit.ops} operators): {notes[0]}"
+                failures.append((name, note if len(note) <= NOTE_CHARS else note[: NOTE_CHARS - 1] + "…"))
             continue
         if r.steps is None:
             continue
@@ -182,13 +191,14 @@ def _leaf_solver_options(
     return out
 
 
-def _run_job(job: Job) -> list[Opt]:
+def _run_job(job: Job) -> tuple[list[Opt], list[tuple[str, str]]]:
     assert _CTX is not None
     return unit_options(_CTX, job)
 
 
-def run_jobs(ctx: Ctx, jobs: list[Job], n: int) -> list[list[Opt]]:
-    """Options of independent units, in `n` forked processes when n > 1."""
+def run_jobs(ctx: Ctx, jobs: list[Job], n: int) -> list[tuple[list[Opt], list[tuple[str, str]]]]:
+    """Options of independent units (and their leaf solvers' failures, see :func:`unit_options`),
+    in `n` forked processes when n > 1."""
     if n <= 1 or len(jobs) <= 1:
         return [unit_options(ctx, j) for j in jobs]
     global _CTX

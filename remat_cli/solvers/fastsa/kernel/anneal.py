@@ -1,0 +1,370 @@
+"""The SA loop of Fig. 3 and its objective, for FastSA (Imanishi et al., NeurIPS'23).
+
+:func:`sa_chunk` runs a fixed number of iterations of the annealing on the packed state;
+:func:`polish` greedily drops redundant computations from a final state; :func:`rebuild` derives
+every array of a state from its sequence alone (initialisation, re-spacing between chunks and the
+tests' full recomputation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from remat_cli.solvers.fastsa.kernel.mutations import (
+    _add,
+    _can_move,
+    _can_remove,
+    _end,
+    _inputs_ready,
+    _move,
+    _remove,
+)
+from remat_cli.solvers.fastsa.kernel.structures import (
+    ADD,
+    ADDREM,
+    F_BEST_FEAS_COST,
+    F_BEST_FEAS_PEAK,
+    F_BEST_PEAK,
+    F_BEST_PEAK_COST,
+    F_COST,
+    F_OBJ,
+    F_TEMP,
+    FL,
+    I_ACCEPTED,
+    I_LOG_LEN,
+    I_MARK_FEAS,
+    I_MARK_PEAK,
+    I_MET,
+    I_NOCC,
+    I_VALID,
+    LSE_BIG,
+    MEM,
+    NOP,
+    NP,
+    NU,
+    OBJ_ELU,
+    OBJ_MAX,
+    PB,
+    PCAP,
+    PE,
+    PS,
+    REMOVE,
+    ROTATE,
+    UB,
+    WS,
+    _below,
+    _lae2,
+    _lower,
+    _rand,
+    _unit,
+    jit,
+)
+
+# ---------------------------------------------------------------------------------------------
+# objective
+
+
+@jit
+def objective(M: float, C: float, B: float, mode: int, sharp: float = 100.0, over: float = 1.0) -> float:
+    """f(S). mode 0: eq. (1) max(budget, M)·C. mode 1 (footnote 2 of §3.1):
+    L(Elu(L⁻¹(M)))·C^0.6 with L linear, L(0) = budget, L(-sharp) = 0 (the paper: sharp = 100);
+    above the budget this is M·C^0.6, below it B·(1 + (exp(sharp·(M/B - 1)) - 1)/sharp).
+    ``over`` > 1 steepens the part above the budget to (B + over·(M - B))·C^0.6 (the paper: 1;
+    the footnote notes that its objective may end above the budget, which this counters).
+    mode 2: M alone."""
+    if mode == OBJ_MAX:
+        return (M if M > B else B) * C
+    if mode == OBJ_ELU:
+        x = sharp * (M / B - 1.0)
+        if x > 0.0:
+            lm = B + over * (M - B)
+        else:
+            lm = B * (1.0 + (math.exp(x) - 1.0) / sharp)
+        return lm * C**0.6
+    return M
+
+
+@jit
+def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tuple[float, float]:
+    """(exact M(S), the M used by the objective: exact, or the logaddexp soft peak)."""
+    m = float(tz[2]) + resident
+    if lz.shape[0] > 0:
+        soft = lz[2] / lscale + resident
+        return m, (soft if soft > m else m)
+    return m, m
+
+
+# ---------------------------------------------------------------------------------------------
+# the SA loop (Fig. 3)
+
+
+@jit
+def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
+             h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
+             local: float, sharp: float, over: float) -> int:  # fmt: skip
+    """Run up to n_iters SA iterations from the current state; returns the number run.
+
+    Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
+    otherwise rotate), skips it when the §2.2 validity conditions fail, else applies it, evaluates
+    f(S') from the segment-tree root and the running cost, and keeps it by the Metropolis rule at
+    temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
+    a rejected mutation is undone by its inverse.
+
+    With probability ``local`` the times are drawn where the mutation can be valid and useful instead of
+    uniformly over [0, T) (a deviation from §2.2 that only changes the proposal distribution):
+    an add of n goes uniformly between a use u of n (drawn uniformly) and the production of n
+    that u reads, i.e. a recomputation just before some use; a rotation moves n uniformly
+    between the first productions of its inputs and the first use of n after t1 (or T), which
+    is exactly the window where the §2.2 conditions can hold. Every accepted change is journalled (log_t,
+    log_n) and the journal positions of the best feasible state (least cost with M <= budget,
+    then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
+    """
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    n_add = add_list.shape[0]
+    mask = T - 1
+    n = 0
+    t = 0
+    t1 = 0
+    t2 = 0
+    kind = ADD
+    m_exact, m_obj = _peak(tz, lz, resident, lscale)
+    f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, sharp, over)
+    it = 0
+    while it < n_iters:
+        it += 1
+        h *= h_ratio
+        r = _rand(rng)
+        u = _unit(_rand(rng))
+        nocc = istate[I_NOCC]
+        if u < p_add:
+            kind = ADD
+            if n_add == 0:
+                continue
+            n = add_list[_below(r, n_add)]
+            if local > 0.0 and NI[n, NU] > 0 and NI[n, NP] > 0 and _unit(_rand(rng)) < local:
+                ub = NI[n, UB]
+                u_t = PU[ub + _below(_rand(rng), NI[n, NU])]
+                pb = NI[n, PB]
+                lo = PU[_lower(PU, pb, pb + NI[n, NP], u_t) - 1]
+                if u_t - lo < 2:
+                    continue
+                t = lo + 1 + _below(_rand(rng), u_t - lo - 1)
+            else:
+                t = np.int64(r & np.uint64(mask))
+            if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not _inputs_ready(n, t, NI, PU, pred_idx):
+                continue
+            _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        elif u < p_add + p_remove:
+            kind = REMOVE
+            if nocc == 0:
+                continue
+            t = occ[_below(r, nocc)]
+            n = seq[t]
+            if not (NI[n, FL] & ADDREM) or not _can_remove(n, t, T, NI, PU):
+                continue
+            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        else:
+            kind = ROTATE
+            if nocc == 0:
+                continue
+            t1 = occ[_below(r, nocc)]
+            n = seq[t1]
+            if local > 0.0 and _unit(_rand(rng)) < local:
+                lo = -1
+                for i in range(NI[n, PS], NI[n, PE]):
+                    q = pred_idx[i]
+                    if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
+                        lo = PU[NI[q, PB]]
+                hi = T
+                ub = NI[n, UB]
+                nu = NI[n, NU]
+                j = _lower(PU, ub, ub + nu, t1 + 1)
+                if j < ub + nu:
+                    hi = PU[j]
+                if hi - lo < 3:
+                    continue
+                t2 = lo + 1 + _below(_rand(rng), hi - lo - 1)
+            else:
+                t2 = np.int64(r & np.uint64(mask))
+            if seq[t2] != NOP or not _can_move(n, t1, t2, T, NI, PU, pred_idx):
+                continue
+            _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)  # fmt: skip
+        istate[I_VALID] += 1
+        m_exact, m_obj = _peak(tz, lz, resident, lscale)
+        c = fstate[F_COST]
+        f_new = objective(m_obj, c + c_floor, budget, mode, sharp, over)
+        d = f_new - f
+        if d <= 0.0 or (h > 0.0 and _unit(_rand(rng)) < math.exp(-d / h)):
+            f = f_new
+            istate[I_ACCEPTED] += 1
+            ll = istate[I_LOG_LEN]
+            if kind == ADD:
+                log_t[ll] = t
+                log_n[ll] = n
+                ll += 1
+            elif kind == REMOVE:
+                log_t[ll] = t
+                log_n[ll] = NOP
+                ll += 1
+            else:
+                log_t[ll] = t2
+                log_n[ll] = n
+                log_t[ll + 1] = t1
+                log_n[ll + 1] = NOP
+                ll += 2
+            istate[I_LOG_LEN] = ll
+            if m_exact <= budget:
+                tol = 1e-9 * abs(c)
+                bc = fstate[F_BEST_FEAS_COST]
+                if c < bc - tol or (c <= bc + tol and m_exact < fstate[F_BEST_FEAS_PEAK]):
+                    fstate[F_BEST_FEAS_COST] = c
+                    fstate[F_BEST_FEAS_PEAK] = m_exact
+                    istate[I_MARK_FEAS] = ll
+            if m_exact < fstate[F_BEST_PEAK] or (
+                m_exact == fstate[F_BEST_PEAK] and c < fstate[F_BEST_PEAK_COST] - 1e-9 * abs(c)
+            ):
+                fstate[F_BEST_PEAK] = m_exact
+                fstate[F_BEST_PEAK_COST] = c
+                istate[I_MARK_PEAK] = ll
+            if stop_at_budget and m_exact <= budget:
+                istate[I_MET] = 1
+                break
+        else:
+            if kind == ADD:
+                _remove(
+                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+                )
+            elif kind == REMOVE:
+                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            else:
+                _move(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
+                      istate)  # fmt: skip
+    fstate[F_OBJ] = f
+    fstate[F_TEMP] = h
+    return it
+
+
+@jit
+def polish(prob, st, limit: float) -> int:  # noqa: ANN001
+    """Greedy removal of redundant computations from the final sequence; returns how many.
+
+    Not in the paper: the SA's last state may still hold copies that are never needed (free to
+    run, e.g. zero-cost reshapes, so the cold stage has no reason to drop them) or whose removal
+    would now keep M(S) within ``limit`` (kernel units, without the resident bytes). Every
+    occupied slot of a node that runs more than once is tried, the costliest first, by the
+    remove mutation of §2.2 under its validity condition; a removal is kept when the peak stays
+    at most ``limit``, so the cost never rises and the peak never exceeds the limit. Passes repeat
+    until one removes nothing. Deterministic (no random numbers).
+    """
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    removed = 0
+    while True:
+        cand = np.empty(T, dtype=np.int64)
+        key = np.empty(T, dtype=np.float64)
+        m = 0
+        for t in range(T):
+            n = seq[t]
+            if n != NOP and (NI[n, FL] & ADDREM) and NI[n, NP] > 1:
+                cand[m] = t
+                key[m] = -cost[n] - 1e-12 * t  # costliest first, later slots first among equals
+                m += 1
+        if m == 0:
+            break
+        order = np.argsort(key[:m], kind="mergesort")
+        progress = 0
+        for i in range(m):
+            t = cand[order[i]]
+            n = seq[t]
+            if n == NOP or NI[n, NP] < 2 or not _can_remove(n, t, T, NI, PU):
+                continue
+            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            if float(tz[2]) <= limit:
+                progress += 1
+            else:
+                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        removed += progress
+        if progress == 0:
+            break
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# building a state from a sequence (initialisation, re-spacing, and the tests' full recomputation)
+
+
+@jit
+def rebuild(prob, st) -> None:  # noqa: ANN001
+    """Recompute every derived array of st from its seq alone, in O(T + sum of intervals).
+
+    NI's static columns (PB, UB, MEM, PS, PE, FL) must be set; NP, NU, PU, occ, the trees and
+    the cost are recomputed.
+    """
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    K = NI.shape[0]
+    NI[:, NP] = 0
+    NI[:, NU] = 0
+    occpos[:] = -1
+    nocc = 0
+    c = 0.0
+    for t in range(T):
+        n = seq[t]
+        if n == NOP:
+            continue
+        PU[NI[n, PB] + NI[n, NP]] = t
+        NI[n, NP] += 1
+        for i in range(NI[n, PS], NI[n, PE]):
+            q = pred_idx[i]
+            PU[NI[q, UB] + NI[q, NU]] = t
+            NI[q, NU] += 1
+        occ[nocc] = t
+        occpos[t] = nocc
+        nocc += 1
+        c += cost[n]
+    diff = np.zeros(T + 1, dtype=np.int64)
+    for q in range(K):
+        for k in range(NI[q, NP]):
+            p = PU[NI[q, PB] + k]
+            e = _end(q, k, NI, PU, T)
+            diff[p] += NI[q, MEM]
+            diff[e + 1] -= NI[q, MEM]
+    run = 0
+    for t in range(T):
+        run += diff[t]
+        n = seq[t]
+        tz[2 * (S + t)] = run + (NX[n, WS] if n != NOP else 0)
+        tz[2 * (S + t) + 1] = 0
+    for p in range(S - 1, 0, -1):
+        a = tz[4 * p]
+        b = tz[4 * p + 2]
+        tz[2 * p] = a if a > b else b
+        tz[2 * p + 1] = 0
+    if lz.shape[0] > 0:
+        for t in range(T):
+            lz[2 * (S + t)] = tz[2 * (S + t)] * lscale + (0.0 if seq[t] != NOP else -LSE_BIG)
+            lz[2 * (S + t) + 1] = 0.0
+        for p in range(S - 1, 0, -1):
+            lz[2 * p] = _lae2(lz[4 * p], lz[4 * p + 2])
+            lz[2 * p + 1] = 0.0
+    istate[I_NOCC] = nocc
+    fstate[F_COST] = c
+
+
+@jit
+def apply_log(seq: np.ndarray, log_t: np.ndarray, log_n: np.ndarray, upto: int) -> None:
+    for i in range(upto):
+        seq[log_t[i]] = log_n[i]
+
+
+@jit
+def spread(order: np.ndarray, T: int) -> np.ndarray:
+    """Place a compact sequence evenly in T slots with nops between (App. D.4: t = i/(k+1)·T)."""
+    seq = np.full(T, NOP, dtype=np.int32)
+    k = order.shape[0]
+    for i in range(k):
+        seq[((i + 1) * T) // (k + 1)] = order[i]
+    return seq

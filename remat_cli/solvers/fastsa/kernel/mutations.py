@@ -1,0 +1,361 @@
+"""The three mutations of §2.2 (add, remove, rotate) and their validity conditions, for FastSA.
+
+Each mutation updates the production and use times of the nodes it touches, the lifetime
+intervals of their blocks by the four cases of §2.2.1 (no update, extend/shrink, split, merge) and,
+through ``seg_add``, the segment trees; a rejected mutation is undone by its inverse. The
+``do_*`` and ``can_move`` wrappers take the packed state, for the tests and for callers outside
+the SA loop (:mod:`remat_cli.solvers.fastsa.kernel.anneal`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from remat_cli.solvers.fastsa.kernel.structures import (
+    F_COST,
+    FL,
+    I_NOCC,
+    KEEP,
+    LSE_BIG,
+    MEM,
+    NOP,
+    NP,
+    NU,
+    PB,
+    PE,
+    PS,
+    UB,
+    WS,
+    _delete,
+    _insert,
+    _lower,
+    _lse_leaf,
+    jit,
+    seg_add,
+)
+
+# ---------------------------------------------------------------------------------------------
+# lifetime intervals (§2.2.1)
+
+
+@jit
+def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
+    """End e_k of the k-th production interval [p_k, e_k] of node q's block."""
+    pb = NI[q, PB]
+    p = PU[pb + k]
+    ub = NI[q, UB]
+    if k + 1 < NI[q, NP]:
+        j = _lower(PU, ub, ub + NI[q, NU], PU[pb + k + 1]) - 1
+    else:
+        if NI[q, FL] & KEEP:
+            return T - 1
+        j = ub + NI[q, NU] - 1  # the last production: every use is before T, no search
+    if j >= ub and PU[j] > p:
+        return PU[j]
+    return p
+
+
+@jit
+def _locate(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> tuple[int, int, int, int, int]:
+    """Where time t falls among n's productions: (PB, NP, index k of the first production >= t,
+    block size, end of the production interval before it or 0 when k = 0)."""
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t) - pb
+    e_prev = 0
+    if k > 0:
+        e_prev = _end(n, k - 1, NI, PU, T)
+    return pb, npn, k, NI[n, MEM], e_prev
+
+
+@jit
+def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+         pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+         occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+         istate: np.ndarray) -> None:  # fmt: skip
+    """Insert node n at the nop slot t (mutation 1 of §2.2), updating intervals and the tree."""
+    pb, npn, k, m, e_old = _locate(n, t, T, NI, PU)
+    _insert(PU, pb, npn, pb + k, t)
+    NI[n, NP] = npn + 1
+    if k > 0:
+        # case 2/3: the previous interval now ends at its last use before t
+        e_prev = _end(n, k - 1, NI, PU, T)
+        if e_prev < e_old:
+            seg_add(tz, lz, lscale, S, e_prev + 1, e_old + 1, -m)
+    e_new = _end(n, k, NI, PU, T)
+    seg_add(tz, lz, lscale, S, t, e_new + 1, m)
+    # inputs: t becomes a use of every predecessor's production before t (extend, case 2)
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        qb = NI[q, PB]
+        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e = _end(q, j, NI, PU, T)
+        if e < t:
+            seg_add(tz, lz, lscale, S, e + 1, t + 1, NI[q, MEM])
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        _insert(PU, ub, nu, _lower(PU, ub, ub + nu, t), t)
+        NI[q, NU] = nu + 1
+    # node-intermediate memory at its compute instant (App. B.1)
+    seg_add(tz, lz, lscale, S, t, t + 1, NX[n, WS])
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t, LSE_BIG)
+    seq[t] = n
+    c = istate[I_NOCC]
+    occ[c] = t
+    occpos[t] = c
+    istate[I_NOCC] = c + 1
+    fstate[F_COST] += cost[n]
+
+
+@jit
+def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+            pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+            occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+            istate: np.ndarray) -> None:  # fmt: skip
+    """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of _add."""
+    pb, npn, k, m, e_prev_old = _locate(n, t, T, NI, PU)
+    e_cur = _end(n, k, NI, PU, T)
+    seg_add(tz, lz, lscale, S, t, e_cur + 1, -m)
+    _delete(PU, pb, npn, pb + k)
+    NI[n, NP] = npn - 1
+    if k > 0:
+        # case 4: the previous interval takes over the uses up to the next production
+        e_prev = _end(n, k - 1, NI, PU, T)
+        if e_prev > e_prev_old:
+            seg_add(tz, lz, lscale, S, e_prev_old + 1, e_prev + 1, m)
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        qb = NI[q, PB]
+        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e_old = _end(q, j, NI, PU, T)
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        _delete(PU, ub, nu, _lower(PU, ub, ub + nu, t))
+        NI[q, NU] = nu - 1
+        if e_old == t:  # t was the last use: shrink (case 2)
+            e_new = _end(q, j, NI, PU, T)
+            seg_add(tz, lz, lscale, S, e_new + 1, e_old + 1, -NI[q, MEM])
+    seg_add(tz, lz, lscale, S, t, t + 1, -NX[n, WS])
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t, -LSE_BIG)
+    seq[t] = NOP
+    c = istate[I_NOCC] - 1
+    pos = occpos[t]
+    last = occ[c]
+    occ[pos] = last
+    occpos[last] = pos
+    occpos[t] = -1
+    istate[I_NOCC] = c
+    fstate[F_COST] -= cost[n]
+
+
+@jit
+def _span_diff(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, m: int, ev_t: np.ndarray,
+               ev_d: np.ndarray, ne: int) -> None:  # fmt: skip
+    """Apply m times the coverage difference given as ne events (time, +1/-1 from that time on):
+    sorted, swept, and every maximal run of equal non-zero difference becomes one seg_add."""
+    for i in range(1, ne):  # insertion sort: at most 8 events
+        a, b = ev_t[i], ev_d[i]
+        j = i - 1
+        while j >= 0 and ev_t[j] > a:
+            ev_t[j + 1] = ev_t[j]
+            ev_d[j + 1] = ev_d[j]
+            j -= 1
+        ev_t[j + 1] = a
+        ev_d[j + 1] = b
+    level = 0
+    run_start = 0
+    i = 0
+    while i < ne:
+        t = ev_t[i]
+        new_level = level
+        while i < ne and ev_t[i] == t:
+            new_level += ev_d[i]
+            i += 1
+        if new_level != level:
+            if level != 0:
+                seg_add(tz, lz, lscale, S, run_start, t, level * m)
+            run_start = t
+            level = new_level
+
+
+@jit
+def _event_span(ev_t: np.ndarray, ev_d: np.ndarray, ne: int, lo: int, hi: int, sign: int) -> int:
+    """Record coverage `sign` over [lo, hi) as two events for _span_diff; the new event count."""
+    ev_t[ne] = lo
+    ev_d[ne] = sign
+    ev_t[ne + 1] = hi
+    ev_d[ne + 1] = -sign
+    return ne + 2
+
+
+@jit
+def _move_end(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, e: int, f: int, m: int) -> None:
+    """An interval of size m that ended at e now ends at f: cover or uncover the difference."""
+    if f > e:
+        seg_add(tz, lz, lscale, S, e + 1, f + 1, m)
+    elif f < e:
+        seg_add(tz, lz, lscale, S, f + 1, e + 1, -m)
+
+
+@jit
+def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+          pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
+          occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+          istate: np.ndarray) -> None:  # fmt: skip
+    """Rotation (mutation 3 of §2.2): node n from slot t1 to the nop slot t2.
+
+    The same state as ``_add(n, t2)`` then ``_remove(n, t1)`` (the occ bookkeeping and the cost
+    arithmetic included, so that the SA's trajectory is bit for bit the same), but when no other
+    production of n lies between t1 and t2 the production keeps its rank, so only the intervals
+    of that production and the one before it change (§2.2.1): their old and new coverage is
+    diffed and applied in one or two range-adds instead of four, and each input's use list is
+    shifted in place. Otherwise it falls back to the add and the remove.
+    """
+    pb = NI[n, PB]
+    npn = NI[n, NP]
+    k = _lower(PU, pb, pb + npn, t1) - pb
+    if t2 > t1:
+        same = k + 1 >= npn or PU[pb + k + 1] > t2
+    else:
+        same = k == 0 or PU[pb + k - 1] < t2
+    if not same:
+        _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        _remove(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        return
+    ev_t = np.empty(8, dtype=np.int64)
+    ev_d = np.empty(8, dtype=np.int64)
+    ne = 0
+    # the old intervals of productions k-1 and k leave, the new ones (after PU moves) come in
+    if k > 0:
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, -1)
+    ne = _event_span(ev_t, ev_d, ne, t1, _end(n, k, NI, PU, T) + 1, -1)
+    PU[pb + k] = t2
+    if k > 0:
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, 1)
+    ne = _event_span(ev_t, ev_d, ne, t2, _end(n, k, NI, PU, T) + 1, 1)
+    _span_diff(tz, lz, lscale, S, NI[n, MEM], ev_t, ev_d, ne)
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        qb = NI[q, PB]
+        nq = NI[q, NP]
+        j1 = _lower(PU, qb, qb + nq, t1) - qb - 1
+        j2 = _lower(PU, qb, qb + nq, t2) - qb - 1
+        e1 = _end(q, j1, NI, PU, T)
+        e2 = _end(q, j2, NI, PU, T) if j2 != j1 else e1
+        ub = NI[q, UB]
+        nu = NI[q, NU]
+        a = _lower(PU, ub, ub + nu, t1)  # the use t1 itself
+        if t2 > t1:
+            while a + 1 < ub + nu and PU[a + 1] < t2:
+                PU[a] = PU[a + 1]
+                a += 1
+        else:
+            while a > ub and PU[a - 1] > t2:
+                PU[a] = PU[a - 1]
+                a -= 1
+        PU[a] = t2
+        mq = NI[q, MEM]
+        _move_end(tz, lz, lscale, S, e1, _end(q, j1, NI, PU, T), mq)
+        if j2 != j1:
+            _move_end(tz, lz, lscale, S, e2, _end(q, j2, NI, PU, T), mq)
+    ws = NX[n, WS]
+    if ws != 0:
+        seg_add(tz, lz, lscale, S, t2, t2 + 1, ws)
+        seg_add(tz, lz, lscale, S, t1, t1 + 1, -ws)
+    if lz.shape[0] > 0:
+        _lse_leaf(lz, S, t2, LSE_BIG)
+        _lse_leaf(lz, S, t1, -LSE_BIG)
+    seq[t2] = n
+    seq[t1] = NOP
+    pos = occpos[t1]
+    occ[pos] = t2
+    occpos[t2] = pos
+    occpos[t1] = -1
+    c = fstate[F_COST] + cost[n]  # as _add then _remove would round it
+    fstate[F_COST] = c - cost[n]
+
+
+@jit
+def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
+    """_add on the packed state (for tests and callers outside the loop)."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+@jit
+def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
+    """_remove on the packed state."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+@jit
+def do_move(prob, st, n: int, t1: int, t2: int) -> None:  # noqa: ANN001
+    """_move on the packed state."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+@jit
+def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
+    """The §2.2 rotation condition on the packed state (t2 must also be a nop slot)."""
+    T, S, lscale, NX, cost, pred_idx, add_list = prob
+    seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
+    return seq[t2] == NOP and _can_move(n, t1, t2, T, NI, PU, pred_idx)
+
+
+# ---------------------------------------------------------------------------------------------
+# validity conditions of §2.2
+
+
+@jit
+def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
+    """Add condition: every input of n is produced before time t."""
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        if NI[q, NP] == 0 or PU[NI[q, PB]] >= t:
+            return False
+    return True
+
+
+@jit
+def _no_use_between(n: int, a: int, b: int, NI: np.ndarray, PU: np.ndarray) -> bool:
+    ub = NI[n, UB]
+    end = ub + NI[n, NU]
+    i = _lower(PU, ub, end, a + 1)
+    return i >= end or PU[i] >= b
+
+
+@jit
+def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
+    """Remove condition: the output of n_t is produced before t, or nothing uses it before its
+    next production (and a graph output keeps at least one production)."""
+    pb = NI[n, PB]
+    if PU[pb] < t:
+        return True
+    if NI[n, NP] == 1:
+        if NI[n, FL] & KEEP:
+            return False
+        nxt = T
+    else:
+        nxt = PU[pb + 1]
+    return _no_use_between(n, t, nxt, NI, PU)
+
+
+@jit
+def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
+    """Rotation (mutation 3) = add at t2 then remove at t1; valid iff both steps are."""
+    if not _inputs_ready(n, t2, NI, PU, pred_idx):
+        return False
+    pb = NI[n, PB]
+    if PU[pb] < t1 or t2 < t1:
+        return True
+    nxt = PU[pb + 1] if NI[n, NP] > 1 else T
+    if t2 < nxt:
+        nxt = t2
+    return _no_use_between(n, t1, nxt, NI, PU)

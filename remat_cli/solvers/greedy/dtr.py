@@ -13,6 +13,10 @@ from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
 
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64
+#: graphs with more values than this keep a pool of eviction candidates between full scans
+SCAN_ALL = 5_000
+#: candidates kept from a full scan (see pick)
+POOL = 256
 #: a variant that computes more than this many times the needed nodes is abandoned (thrashing)
 MAX_BLOWUP = 4
 
@@ -136,17 +140,59 @@ def _run(
                     cost += c0[o]
         return due, cost
 
-    def pick() -> int:
+    def scan() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates in id order, size x age, h with the producer's cost alone: a lower bound of
+        e*'s h) over every evictable live unlocked value."""
         cand = np.flatnonzero(live & evictable & (locked == 0))
-        if len(cand) == 0:
-            return -1
+        return (cand, *h_of(cand))
+
+    def h_of(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if belady:
             age = next_use[cand] - position  # inf when never used again
         else:
             age = clock - last_access[cand]
         denom = size[cand] * age
         with np.errstate(divide="ignore", invalid="ignore"):
-            h0 = c0[cand] / denom  # h with the producer's cost alone: a lower bound of e*'s h
+            return denom, c0[cand] / denom
+
+    # On large graphs a full scan per eviction makes the pass quadratic (issue 20, scale). Belady's
+    # h only grows while a value waits (its next use comes closer), so a scan's POOL best stay
+    # near the top until a value changes otherwise: is read (its next use moves away), becomes
+    # live or unlocked (`dirty`, admitted when its h is <= the scan's floor). pick() takes from
+    # the pool while its k-th best is <= floor and scans again when not: the same choice as a
+    # full scan up to ties and pool members overtaken by others. Graphs up to SCAN_ALL values
+    # scan every time (exact, and bit-identical to before).
+    pool = np.zeros(0, dtype=np.int64)  # ascending ids, as a scan lists them
+    floor = [-inf]
+    dirty: list[int] = []
+
+    def pooled(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nonlocal pool
+        if dirty:
+            d = np.array(dirty, dtype=np.int64)
+            dirty.clear()
+            d = d[live[d] & evictable[d] & (locked[d] == 0)]
+            pool = np.union1d(pool, d[~(h_of(d)[1] > floor[0])])
+        pool = pool[live[pool] & evictable[pool] & (locked[pool] == 0)]
+        denom, h0 = h_of(pool)
+        if k <= len(pool) <= 4 * POOL and np.partition(h0, k - 1)[k - 1] <= floor[0]:
+            return pool, denom, h0
+        cand, denom, h0 = scan()
+        if len(cand) <= POOL:
+            pool, floor[0] = cand, inf
+            return cand, denom, h0
+        keep = np.sort(np.argsort(h0, kind="stable")[:POOL])
+        floor[0] = float(h0[keep].max())
+        pool = cand[keep]
+        return cand, denom, h0  # this pick sees every candidate, as the full scan does
+
+    def pick() -> int:
+        if belady and nv > SCAN_ALL:
+            cand, denom, h0 = pooled(ESTAR_TOP if estar else 1)
+        else:
+            cand, denom, h0 = scan()
+        if len(cand) == 0:
+            return -1
         if not estar:
             return int(cand[np.argmin(h0)])
         order = _smallest(h0, ESTAR_TOP)
@@ -195,6 +241,7 @@ def _run(
         mem += a.out_size[n]
         for o in a.outs[n]:
             live[o] = True
+            dirty.append(o)
             last_access[o] = clock
             if next_use[o] == inf and evictable[o]:
                 zombies.append(o)
@@ -235,6 +282,8 @@ def _run(
             compute(n)
             for v in held:
                 locked[v] -= 1
+                if locked[v] == 0:
+                    dirty.append(v)
             stack.pop()
 
     for position, n in enumerate(a.program):  # noqa: B007 (read by pick through the closure)
@@ -243,6 +292,7 @@ def _run(
             p = use_ptr[v] + 1
             use_ptr[v] = p
             next_use[v] = a.uses[v][p] if p < len(a.uses[v]) else inf
+            dirty.append(v)
         for v in a.free_after[position]:
             # lazy: a dead value stays cached until memory is short (it is then the cheapest
             # to evict unless an evicted value's recomputation will read it)

@@ -1,0 +1,62 @@
+"""greedy's eviction pool on large graphs (issue 20, scale): above SCAN_ALL values the Belady
+variants pick from a pool kept between full scans instead of scanning every value per eviction.
+The pool must make the same choices as the full scan (the pass stays linear, the answer does not
+change): here the threshold is lowered so that small generated graphs take the pooled path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from remat_cli import generators
+from remat_cli.graph import Graph
+from remat_cli.schedule import baseline
+from remat_cli.solvers.greedy import dtr
+from remat_cli.solvers.greedy.arrays import _Abandon, _arrays
+
+
+def skip_training_graph(nodes: int, seed: int) -> Graph:
+    """A forward chain with skip connections and its backward pass (bench/scale.py's shape)."""
+    rng = np.random.default_rng(seed)
+    fw = generators.Forward()
+    for k in range(nodes // 2):
+        preds = [k - 1] if k else []
+        if k > 10 and rng.random() < 0.2:
+            preds.append(int(k - rng.integers(2, 10)))
+        fw.add(f"f{k}", preds, int(rng.integers(1, 11)) * 1000, float(rng.integers(1, 11)))
+    return generators.training_graph(fw, "skip", input_size=1000)
+
+
+GRAPHS = {
+    "skip-training": skip_training_graph(1200, 0),
+    "unet": generators.unet(depth=4, convs=2, seed=1),
+    "transformer": generators.transformer(layers=6, seed=2),
+    "linear": generators.linear(400, seed=3),
+}
+
+
+def run(graph: Graph, fraction: float, variant: str) -> tuple[list[int], int] | None:
+    a = _arrays(graph)
+    try:
+        return dtr._run(a, fraction * baseline(graph).peak_memory, variant)
+    except _Abandon:
+        return None
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("variant", ["belady-estar", "belady-estar-lazy"])
+@pytest.mark.parametrize("pool", [dtr.ESTAR_TOP + 8, 2 * dtr.ESTAR_TOP])
+def test_the_pool_picks_what_a_full_scan_picks(
+    monkeypatch: pytest.MonkeyPatch, name: str, variant: str, pool: int
+) -> None:
+    graph = GRAPHS[name]
+    ran = 0
+    for fraction in (0.9, 0.7, 0.5):
+        monkeypatch.setattr(dtr, "SCAN_ALL", 10**9)
+        full = run(graph, fraction, variant)
+        monkeypatch.setattr(dtr, "SCAN_ALL", 0)
+        monkeypatch.setattr(dtr, "POOL", pool)  # small: the pool runs dry and is rebuilt
+        pooled = run(graph, fraction, variant)
+        assert pooled == full, f"{name} at {fraction:.0%}"
+        ran += full is not None and len(full[0]) > len(graph.needed_nodes)  # something was evicted
+    assert ran, "no budget made the pass evict and recompute"

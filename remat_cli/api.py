@@ -142,8 +142,10 @@ def solve(
         if p is None:
             known = ", ".join(spec) or "none"
             raise InputError(f"unknown option {key!r} for solver {name!r} (its options: {known})")
-        if p.choices and value not in p.choices:
-            raise InputError(f"{key}: {value!r} is not one of {', '.join(p.choices)}")
+        try:
+            p.check(value)  # its type, choices and range, as the command line checks them
+        except OptionError as e:
+            raise InputError(str(e)) from None
     state, reason = s.availability()
     if state != "available":
         raise InputError(f"solver {name!r} is unavailable: {reason}")

@@ -31,6 +31,9 @@ class Param:
     default: Any
     help: str
     choices: tuple[str, ...] | None = None
+    #: inclusive bounds of an int or float option (required for them: see testing.check_param_bounds)
+    low: float | None = None
+    high: float | None = None
 
     @property
     def flag(self) -> str:
@@ -45,6 +48,13 @@ class Param:
             raise OptionError(f"{self.flag}: {value!r} is not a valid {self.type.__name__}")
         if self.choices and value not in self.choices:
             raise OptionError(f"{self.flag}: {value!r} is not one of {', '.join(self.choices)}")
+        if self.type in (int, float):
+            if value != value:
+                raise OptionError(f"{self.flag}: {value!r} is not a number")
+            if self.low is not None and value < self.low:
+                raise OptionError(f"{self.flag}: {value!r} is below its minimum {_number(self.low)}")
+            if self.high is not None and value > self.high:
+                raise OptionError(f"{self.flag}: {value!r} is above its maximum {_number(self.high)}")
         return value
 
     def parse(self, text: str) -> Any:
@@ -56,6 +66,10 @@ class Param:
         if self.choices and value not in self.choices:
             raise OptionError(f"{self.flag}: {text!r} is not one of {', '.join(self.choices)}")
         return self.check(value)
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 class OptionError(ValueError):

@@ -207,6 +207,46 @@ def check_param_defaults(solver: Solver) -> None:
         raise _fail("check_param_defaults", "resolve() does not fill in every declared option")
 
 
+def check_param_bounds(solver: Solver) -> None:
+    """Every int or float option declares its range (low/high) with the default inside, and a value
+    outside it (or NaN) is refused as an option error (exit 2) before the solver runs."""
+    name = "check_param_bounds"
+    for p in solver.params:
+        if p.type not in (int, float):
+            continue
+        if p.low is None or p.high is None or not p.low <= p.default <= p.high:
+            raise _fail(
+                name, f"{p.name}: declare low <= default <= high (got {p.low}, {p.default}, {p.high})"
+            )
+        outside = [p.low - 1, p.high + 1] + ([float("nan"), float("inf")] if p.type is float else [])
+        for value in outside:
+            try:
+                p.check(p.type(value) if p.type is int else value)
+            except OptionError:
+                continue
+            raise _fail(name, f"{p.name}: {value!r} is outside [{p.low:g}, {p.high:g}] but accepted")
+
+
+def check_param_extremes(solver: Solver) -> None:
+    """The solver runs, and keeps its claims honest, with each int or float option at its lowest
+    and at its highest allowed value (the others at their defaults), on a small graph."""
+    name = "check_param_extremes"
+    g = next(_graphs(solver, name, [contract_graphs()["layered"], *contract_graphs().values()]))
+    budget = budget_for(g, 0.8)
+    for p in solver.params:
+        if p.type not in (int, float) or p.low is None or p.high is None:
+            continue
+        for value in (p.low, p.high):
+            params = {p.name: p.type(value)}
+            try:
+                result, _ = _run(solver, g, budget, time_limit=1.0, seed=0, workers=1, params=params)
+            except Exception as e:  # noqa: BLE001 - any exception is the finding
+                raise _fail(
+                    name, f"--{p.name.replace('_', '-')} {value:g}: {type(e).__name__}: {e}"
+                ) from None
+            _check_claims(name, g, budget, result, solver.minimises)
+
+
 def check_valid_within_budget(solver: Solver) -> None:
     """Every schedule simulates; "optimal"/"feasible" means within budget; "infeasible" is honest;
     the objective, bound and best_peak agree with the simulator; at the baseline peak a schedule
@@ -323,6 +363,8 @@ def all_checks(solver: Solver) -> list[Check]:
         check_describes_itself,
         check_registry_entry,
         check_param_defaults,
+        check_param_bounds,
+        check_param_extremes,
         check_valid_within_budget,
         check_time_limit,
         check_deterministic,

@@ -81,6 +81,8 @@ def test_same_messages_as_the_cli(graph_file: Path, tmp_path: Path) -> None:
         solve(g, "90%", solver="greedy", max_copies=2)
     with pytest.raises(InputError, match="'sideways' is not one of"):
         solve(g, "90%", solver="greedy", strategy="sideways")
+    with pytest.raises(InputError, match="--max-copies: 0 is below its minimum 1"):
+        solve(g, "90%", solver="moccasin", max_copies=0)
 
 
 def load_graph_of(g, tmp_path: Path):  # noqa: ANN001, ANN201 - a tiny helper for one test

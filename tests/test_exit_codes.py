@@ -177,3 +177,24 @@ def test_generate_too_large_is_refused_before_generating(args: list[str], nodes:
 
 def test_compare_time_limit_out_of_range(files: dict[str, Path]) -> None:
     assert "--time-limit" in bad_input("compare", files["graph"], "-b", "100%", "--time-limit", "-5")
+
+
+@pytest.mark.parametrize(
+    ("solver", "option", "value", "says"),
+    [
+        ("model", "--alignment", "0", "below its minimum 1"),
+        ("model", "--alignment", "99999999999999999999", "above its maximum"),
+        ("fastsa", "--rate", "nan", "not a number"),
+        ("fastsa", "--rate", "inf", "above its maximum"),
+        ("hilp", "--max-subgraph", "1", "below its minimum 2"),
+        ("checkmate-lp", "--lp-budget", "0", "below its minimum"),
+    ],
+)
+def test_numeric_solver_option_outside_its_range_is_bad_input(
+    files: dict[str, Path], solver: str, option: str, value: str, says: str
+) -> None:
+    # --alignment 0 was exit 3 (a ValueError inside the solver), 1e20 an OverflowError
+    out = files["graph"].parent / "never.json"
+    line = bad_input("solve", files["graph"], "-b", "90%", "-s", solver, option, value, "-o", out)
+    assert option in line and says in line
+    assert not out.exists()

@@ -158,7 +158,14 @@ class Auto(Solver):
     method = "portfolio: greedy warm start, then fastsa/hilp beside checkmate/moccasin"
     paper = "Huberman, Lukose & Hogg, An Economics Approach to Hard Computational Problems, Science 1997"
     params = (
-        Param("lanes", int, 2, "processes running solvers side by side (1: one after the other here)"),
+        Param(
+            "lanes",
+            int,
+            2,
+            "processes running solvers side by side (1: one after the other here)",
+            low=1,
+            high=16,
+        ),
         Param(
             "portfolio",
             str,

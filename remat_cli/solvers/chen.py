@@ -226,7 +226,7 @@ class ChenGreedy(Solver):
     name = "chen-greedy"
     method = "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward"
     paper = "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016 (DAG form as in Checkmate)"
-    params = (Param("sweep", int, 40, "number of segment sizes b tried (geometric grid)"),)
+    params = (Param("sweep", int, 40, "number of segment sizes b tried (geometric grid)", low=1, high=10000),)
 
     def notes(self) -> str:
         return _NOTES

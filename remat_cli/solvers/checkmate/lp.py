@@ -156,8 +156,17 @@ class CheckmateLP(Solver):
     paper = PAPER + ", §5 (LP rounding)"
     exact = False
     params = (
-        Param("lp_budget", float, 0.9, "solve the LP at this fraction of the budget (paper: 0.9)"),
-        Param("roundings", int, 50, "seeded randomized roundings after the threshold sweep"),
+        Param(
+            "lp_budget",
+            float,
+            0.9,
+            "solve the LP at this fraction of the budget (paper: 0.9)",
+            low=0.01,
+            high=1,
+        ),
+        Param(
+            "roundings", int, 50, "seeded randomized roundings after the threshold sweep", low=0, high=100000
+        ),
         Param(
             "lp_model",
             str,
@@ -179,12 +188,16 @@ class CheckmateLP(Solver):
             int,
             3,
             "when no rounding fits, re-solve the LP at a budget tightened by the overshoot, up to this often",
+            low=0,
+            high=100,
         ),
         Param(
             "repairs",
             int,
             4,
             "over-budget roundings (nearest the budget first) repaired by greedy checkpoint dropping (0: off)",
+            low=0,
+            high=10000,
         ),
     )
 

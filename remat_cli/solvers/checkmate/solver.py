@@ -54,7 +54,9 @@ class Checkmate(Solver):
             "MILP engine (auto = gurobi when licensed for the model, else scip)",
             choices=("auto", "highs", "scip", "cpsat", "gurobi"),
         ),
-        Param("rel_gap", float, 1e-4, "relative MIP gap at which a solution counts as optimal"),
+        Param(
+            "rel_gap", float, 1e-4, "relative MIP gap at which a solution counts as optimal", low=0, high=1
+        ),
         Param(
             "free_form",
             str,
@@ -74,6 +76,8 @@ class Checkmate(Solver):
             float,
             0.2,
             "fraction of the time limit (≤ 30 s) for a staged Moccasin run as the warm start (0: off)",
+            low=0,
+            high=1,
         ),
     )
 

@@ -36,12 +36,26 @@ class FastSA(Solver):
     paper = "Imanishi et al., A fast heuristic to optimize time-space tradeoff for large models (NeurIPS'23)"
     exact = False
     params = (
-        Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)"),
-        Param("iterations2", int, 2_000_000, "second-stage SA iterations on decomposed nodes (App. D.4: 2M)"),
+        Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)", low=1, high=10**12),
+        Param(
+            "iterations2",
+            int,
+            2_000_000,
+            "second-stage SA iterations on decomposed nodes (App. D.4: 2M)",
+            low=0,
+            high=10**12,
+        ),
         Param(
             "grouping", bool, False, "first stage on grouped nodes (App. C.1, Algorithm 1); off: on all nodes"
         ),
-        Param("max_group", int, 8, "most original nodes in one group (0: no limit, as Algorithm 1)"),
+        Param(
+            "max_group",
+            int,
+            8,
+            "most original nodes in one group (0: no limit, as Algorithm 1)",
+            low=0,
+            high=1000000,
+        ),
         Param("no_recompute", bool, False, "only reorder, never recompute (App. B.2)"),
         Param("logaddexp", bool, False, "range-add/range-logaddexp tree for the objective (App. C.2)"),
         Param(
@@ -52,24 +66,52 @@ class FastSA(Solver):
             choices=("elu", "max"),
         ),
         Param(
-            "elu_sharpness", float, 100.0, "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget"
+            "elu_sharpness",
+            float,
+            100.0,
+            "L(-x) = 0 in footnote 2 (the paper: 100); larger hugs the budget",
+            low=0.001,
+            high=1000000.0,
         ),
         Param(
             "over_budget_weight",
             float,
             1.0,
             "slope of the footnote-2 objective above the budget (the paper: 1; larger keeps M <= budget)",
+            low=0,
+            high=1000000.0,
         ),
-        Param("initial_temperature", float, 3e-3, "initial temperature / initial objective (App. D.4: 0.1%)"),
         Param(
-            "final_temperature", float, 1e-4, "final / initial temperature in each stage (App. D.4: 0.01%)"
+            "initial_temperature",
+            float,
+            3e-3,
+            "initial temperature / initial objective (App. D.4: 0.1%)",
+            low=1e-12,
+            high=1000000.0,
         ),
-        Param("rotate_share", float, 1.0 / 3.0, "share of rotations among the mutations (rest: add/remove)"),
+        Param(
+            "final_temperature",
+            float,
+            1e-4,
+            "final / initial temperature in each stage (App. D.4: 0.01%)",
+            low=1e-12,
+            high=1,
+        ),
+        Param(
+            "rotate_share",
+            float,
+            1.0 / 3.0,
+            "share of rotations among the mutations (rest: add/remove)",
+            low=0,
+            high=1,
+        ),
         Param(
             "local",
             float,
             0.75,
             "share of add/rotate times drawn inside their valid window (rest: uniform, §2.2)",
+            low=0,
+            high=1,
         ),
         Param(
             "rescue",
@@ -90,10 +132,19 @@ class FastSA(Solver):
             int,
             2_000_000,
             "converged: end stage 2 after this many iterations without a better feasible cost (0: never)",
+            low=0,
+            high=10**12,
         ),
         # 3e5/s: RL n500 at 90% needs ~16M iterations to reach the published 0.03% (11M at 2e5/s
         # ends at 0.11%); one loaded core still runs 16.5M local-mix iterations in ~35 s of 55.
-        Param("rate", float, 3.0e5, "assumed iterations/s that turns --time-limit into an iteration budget"),
+        Param(
+            "rate",
+            float,
+            3.0e5,
+            "assumed iterations/s that turns --time-limit into an iteration budget",
+            low=1,
+            high=1e12,
+        ),
     )
 
     def notes(self) -> str:

@@ -44,18 +44,36 @@ class HILP(Solver):
     paper = "HiREmate (Gusak et al.), §3 and Appendices A-C"
     exact = False
     params = (
-        Param("max_subgraph", int, 8, "M^l: most nodes in a lower-level subgraph (H-Partition)"),
-        Param("max_top", int, 24, "M^t: most nodes in the top-level graph (H-Partition)"),
-        Param("alpha", float, 0.5, "α of the H-Partition score s_α, eq. (1)"),
-        Param("options", int, 48, "N_o: most options over all compute nodes of one H-ILP (§3.2.2)"),
+        Param(
+            "max_subgraph",
+            int,
+            8,
+            "M^l: most nodes in a lower-level subgraph (H-Partition)",
+            low=2,
+            high=10000,
+        ),
+        Param("max_top", int, 24, "M^t: most nodes in the top-level graph (H-Partition)", low=2, high=10000),
+        Param("alpha", float, 0.5, "α of the H-Partition score s_α, eq. (1)", low=0, high=1),
+        Param(
+            "options",
+            int,
+            48,
+            "N_o: most options over all compute nodes of one H-ILP (§3.2.2)",
+            low=1,
+            high=100000,
+        ),
         Param(
             "levels",
             int,
             4,
             "peak budgets each subgraph is solved under to make its options (layers also get "
             "levels-1 budgets on the memory kept from forward to backward)",
+            low=1,
+            high=64,
         ),
-        Param("jobs", int, 1, "parallel processes for the independent subgraphs of one level"),
+        Param(
+            "jobs", int, 1, "parallel processes for the independent subgraphs of one level", low=1, high=64
+        ),
         Param(
             "backend",
             str,

@@ -68,7 +68,7 @@ class Moccasin(Solver):
     exact_params = {"max_copies": 8}  # C_v ≥ T on the tiny graphs: the whole stage space
     warm_starts = True
     params = (
-        Param("max_copies", int, 2, "C_v: at most this many computations of a node (§2)"),
+        Param("max_copies", int, 2, "C_v: at most this many computations of a node (§2)", low=1, high=64),
         Param("free_order", bool, False, "free operator order (§2.1, domain ΣC_v) instead of the staged one"),
         Param(
             "precedence",

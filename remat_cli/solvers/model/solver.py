@@ -61,7 +61,7 @@ class Model(Solver):
     params: ClassVar[tuple[Param, ...]] = (
         Param("fixed_order", bool, False, "keep the program order; optimise the addresses only"),
         Param("order_only", bool, False, "order alone: the ideal, fragmentation-free peak (§5.5), no plan"),
-        Param("alignment", int, 1, "every offset and size a multiple of this many bytes"),
+        Param("alignment", int, 1, "every offset and size a multiple of this many bytes", low=1, high=2**30),
         Param("address_engine", str, "cp-sat", "engine for the address stage", ENGINES),
     )
 

@@ -57,8 +57,8 @@ class XEngine(Solver):
               choices=("auto", "milp", "heuristic")),
         Param("backend", str, "auto", "MILP engine (auto: gurobi when licensed, else highs)",
               choices=("auto", "highs", "scip", "cpsat", "gurobi")),
-        Param("milp_max_stages", int, 60, "auto uses the MILP up to this many needed nodes"),
-        Param("rel_gap", float, 1e-4, "relative MIP gap at which the MILP stops"),
+        Param("milp_max_stages", int, 60, "auto uses the MILP up to this many needed nodes", low=0, high=100000),
+        Param("rel_gap", float, 1e-4, "relative MIP gap at which the MILP stops", low=0, high=1),
         Param("single", str, "auto", "single-device solvers for the baselines (comma list; auto: "
               "checkpoint-all, greedy, and checkmate up to milp_max_stages nodes)"),
     )  # fmt: skip

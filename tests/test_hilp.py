@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -493,3 +494,22 @@ def test_identical_layers_are_solved_once() -> None:
     assert [(o.fwd, o.bwd, o.time, o.peak, o.phantom) for o in translated] == [
         (o.fwd, o.bwd, o.time, o.peak, o.phantom) for o in alone[0].options
     ]
+
+
+def test_an_h_ilp_that_cannot_be_built_in_time_is_reported_not_waited_for() -> None:
+    # a top level the H-Partition cannot shrink (RL n500: 310 items) took 170 s to build under a
+    # 20 s limit; the build now stops at the end of the ILP work and says so
+    from remat_cli.solvers.hilp.model import OutOfTime
+    from remat_cli.solvers.hilp.subgraphs import solve_instance
+
+    g = G.linear(6, seed=3)
+    ctx = Ctx(g, False)
+    inst = build_instance(ctx, [atomic(ctx, n) for n in g.topo_order if n in ctx.needed], False)
+    budget = baseline(g).peak_memory - g.resident_bytes
+    assert hilp_model(inst, budget, deadline=time.time() + 60)[0].num_vars > 0
+    with pytest.raises(OutOfTime):
+        hilp_model(inst, budget, deadline=time.time() - 1)
+    sched, status = solve_instance(inst, budget, 5.0, "highs", 0, False, deadline=time.time() - 1)
+    assert sched is None and "took longer to build than its time" in status
+    sched, status = solve_instance(inst, budget, 5.0, "highs", 0, False, deadline=time.time() + 60)
+    assert sched is not None

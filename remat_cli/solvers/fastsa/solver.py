@@ -124,7 +124,8 @@ class FastSA(Solver):
             bool,
             True,
             "start the second stage from greedy's schedule when it is cheaper than the first stage's best "
-            "(torch_transformer_train at 70%, 60 s: 2.3% instead of 4.2%)",
+            "(torch_transformer_train at 70%, 60 s: 2.3% instead of 4.2%), and the rescue from it when "
+            "there is no hint (off: greedy never runs inside fastsa)",
         ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
@@ -308,7 +309,7 @@ def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best
         return found, "; stage 2 started from the given hint (stage 1 ended above the budget)"
     from remat_cli import registry
 
-    if "greedy" in registry.names():
+    if "greedy" in registry.names() and options.params.get("greedy_start", True):
         greedy = registry.get("greedy")
         left = options.remaining()
         opts = SolveOptions(

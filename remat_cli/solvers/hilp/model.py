@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -236,8 +237,17 @@ class _Rows:
             m.add_constraints(self.r, self.c, self.v, np.array(self.lb), np.array(self.ub))
 
 
+class OutOfTime(Exception):
+    """Building an H-ILP passed its deadline: the model is O(T^2) rows in the items T, and a top
+    level the H-Partition could not shrink (e.g. a random DAG) takes minutes to build."""
+
+
 def hilp_model(
-    inst: Instance, budget: int, corrections: bool = False, kept_budget: int | None = None
+    inst: Instance,
+    budget: int,
+    corrections: bool = False,
+    kept_budget: int | None = None,
+    deadline: float | None = None,
 ) -> tuple[LinearModel, dict[tuple[int, int, int], int]]:
     """The H-ILP of App. B.2-B.3 for `inst` under `budget` (bytes, scaled by their gcd).
 
@@ -248,7 +258,13 @@ def hilp_model(
     Variables (all binary): R^t_{k,o}, P^t_d, Sp^t_{j,o}, C^t_d, D^t_{k,d}. Every data node here
     has one producer, so S^t_{k,d} coincides with P^t_d (with a single contribution, "d holds
     k's contribution" and "d is in memory" are the same event) and is not duplicated.
-    Returns the model and the column of each R^t_{k,o} keyed (t, k, o)."""
+    Returns the model and the column of each R^t_{k,o} keyed (t, k, o). OutOfTime once the
+    wall clock passes `deadline` (epoch seconds)."""
+
+    def tick() -> None:
+        if deadline is not None and time.time() > deadline:
+            raise OutOfTime
+
     items = inst.items
     T = len(items)
     nd = len(inst.sizes)
@@ -274,27 +290,32 @@ def hilp_model(
 
     R: dict[tuple[int, int, int], int] = {}
     for t in range(T):
+        tick()
         for k in range(t + 1):
             for o, tm in enumerate(items[k].times):
                 R[(t, k, o)] = var(tm)  # objective, eq. (2)
     P: dict[tuple[int, int], int] = {}
     for d in range(nd):
+        tick()
         for t in range(inst.producer[d] + 1, T + 1):
             P[(t, d)] = var()
     layers = sorted(inst.layer_of.items())
     Sp: dict[tuple[int, int, int], int] = {}
     for j, (f, _b) in layers:
+        tick()
         for t in range(f + 1, T + 1):
             for o in range(len(items[f].seqs)):
                 Sp[(t, j, o)] = var()
     C: dict[tuple[int, int], int] = {}
     for d in range(nd):
+        tick()
         for t in range(inst.producer[d], T):
             C[(t, d)] = var()
     # related compute nodes of each data node: its producer and the items of its users
     related: list[list[int]] = []
     use_opts: list[dict[int, list[int]]] = []
     for d in range(nd):
+        tick()
         uo: dict[int, list[int]] = defaultdict(list)
         for k, o in inst.users[d]:
             uo[k].append(o)
@@ -302,6 +323,7 @@ def hilp_model(
         related.append(sorted({inst.producer[d], *uo}))
     D: dict[tuple[int, int, int], int] = {}
     for d in range(nd):
+        tick()
         for t in range(inst.producer[d], T):
             for k in related[d]:
                 if k <= t:
@@ -319,6 +341,7 @@ def hilp_model(
 
     # (5) at most one option per computation; validity: node t is computed in phase t
     for t in range(T):
+        tick()
         for k in range(t + 1):
             rows.add(CR(t, k), 1.0 if k == t else 0.0, 1.0)
     # the loss node runs exactly once
@@ -326,6 +349,7 @@ def hilp_model(
         rows.add([term for t in range(inst.loss, T) for term in CR(t, inst.loss)], 1.0, 1.0)
     # phantom nodes, (6)-(9)
     for j, (f, b) in layers:
+        tick()
         nopt = len(items[f].seqs)
         for t in range(f + 1, T + 1):
             rows.add([(Sp[(t, j, o)], 1.0) for o in range(nopt)], -inf, 1.0)  # (6)
@@ -346,10 +370,12 @@ def hilp_model(
                     rows.add([(rb, 1.0), (sp_t, -1.0), (rf, -1.0)], -inf, 0.0)  # (9)
     # final data nodes are in memory after the last phase
     for d in range(nd):
+        tick()
         if inst.final[d]:
             rows.add([(P[(T, d)], 1.0)], 1.0, 1.0)
     # data dependencies (incl. option-specific ones): R^t_{k',o} <= CR^t_k + P^t_d
     for d in range(nd):
+        tick()
         k = inst.producer[d]
         for k2, o in inst.users[d]:
             for t in range(k2, T):
@@ -360,6 +386,7 @@ def hilp_model(
                 )
     # liveness: A^t_{k,d} = P^t_d + C^t_d - sum_{k' <= k related} D^t_{k',d}
     for d in range(nd):
+        tick()
         p = inst.producer[d]
         for t in range(p, T):
             rel = [k for k in related[d] if k <= t]
@@ -389,6 +416,7 @@ def hilp_model(
     # memory, U^t_k and eq. (10)
     mem_rows: list[tuple[int, int, int]] = []
     for t in range(T):
+        tick()
         base: list[tuple[int | None, float]] = [(P.get((t, d)), float(s_d[d])) for d in range(nd) if s_d[d]]
         for j, (f, _b) in layers:
             for o in range(len(items[f].seqs)):

@@ -15,7 +15,15 @@ from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import baseline, peak_lower_bound
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.hilp.context import LOSS, Ctx
-from remat_cli.solvers.hilp.model import Instance, build_instance, decode, flatten, hilp_model, trivial
+from remat_cli.solvers.hilp.model import (
+    Instance,
+    OutOfTime,
+    build_instance,
+    decode,
+    flatten,
+    hilp_model,
+    trivial,
+)
 from remat_cli.solvers.hilp.units import (
     Opt,
     Unit,
@@ -68,10 +76,15 @@ def solve_instance(
     (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
     overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
     a run found is dropped (the status says so), so that only work-limited results count."""
-    model, R = hilp_model(inst, budget, corrections, kept_budget)
-    hint = sequential_hint(inst, model, prefer)
-    if hint is None:
-        hint = recompute_hint(inst, model, budget)
+    # building the model and its start must not outlast the end of the ILP work either: a top
+    # level the H-Partition could not shrink takes minutes to build (RL n500: 310 items, 170 s)
+    try:
+        model, R = hilp_model(inst, budget, corrections, kept_budget, deadline=deadline)
+        hint = sequential_hint(inst, model, prefer)
+        if hint is None:
+            hint = recompute_hint(inst, model, budget, deadline=deadline)
+    except OutOfTime:
+        return None, f"not solved: its model ({len(inst.items)} items) took longer to build than its time"
     engine_options: dict[str, dict[str, Any]] = {}
     wall = time_limit
     if deterministic and time_limit is not None:

@@ -4,12 +4,13 @@ recomputing one (Gusak et al., *HiREmate*, App. B.2; our addition for HiGHS incu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from remat_cli.milp import LinearModel
-from remat_cli.solvers.hilp.model import Instance
+from remat_cli.solvers.hilp.model import Instance, OutOfTime
 
 
 def sequential_x(inst: Instance, model: LinearModel, choice: Sequence[int]) -> np.ndarray:
@@ -134,7 +135,9 @@ def _improve(
 RECOMPUTE_AIMS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
-def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarray | None:
+def recompute_hint(
+    inst: Instance, model: LinearModel, budget: int, deadline: float | None = None
+) -> np.ndarray | None:
     """A starting solution that recomputes, for H-ILPs whose sequential schedule fits nowhere
     (tight budgets; Checkmate's own solver starts from a greedy schedule the same way). Phase t
     computes item t after recomputing the plain items producing inputs no longer in memory;
@@ -144,7 +147,7 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
     computation). Plain items and F_j before its B_j (rows (8a)/(8b)) are recomputed; B_j runs
     once. The schedule is aimed under a shrinking
     share of `budget` until its H-ILP vector (derived as in :func:`sequential_x`) satisfies
-    every row; None when none does."""
+    every row; None when none does. OutOfTime once the wall clock passes `deadline` (epoch s)."""
     R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
     items = inst.items
     T = len(items)
@@ -215,6 +218,8 @@ def recompute_hint(inst: Instance, model: LinearModel, budget: int) -> np.ndarra
             return top, used
 
         for t in range(T):
+            if deadline is not None and time.time() > deadline:
+                raise OutOfTime
             comp = plan(t)
             if comp is None:
                 return None

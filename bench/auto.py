@@ -99,7 +99,7 @@ def run_cell(key: str, fraction: float, solver: str, limit: float) -> dict:
 GREEDY_CELLS = (("rl1000", 0.8, 2), ("rl250", 0.7, 1), ("rl500", 0.7, 1))
 
 
-def greedy_speed() -> None:
+def greedy_speed(note: str) -> None:
     """Greedy alone, in this process (the first run also loads the numba kernels from the on-disk
     cache, or compiles them on a fresh install)."""
     rows = []
@@ -122,7 +122,7 @@ def greedy_speed() -> None:
             }
             rows.append(row)
             print(row, flush=True)
-    write_results("auto_greedy", rows, note="loaded machine: cpu_seconds is the time on an idle core")
+    write_results("auto_greedy", rows, note=note + "; cpu_seconds is the time on an idle core")
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -167,7 +167,7 @@ def main() -> None:
     ap.add_argument("--greedy", action="store_true", help="greedy's speed and 70%% cells only")
     args = ap.parse_args()
     if args.greedy:
-        greedy_speed()
+        greedy_speed(args.note)
         return
     if args.one:
         key, f, s, lim, out = args.one

@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--budget", default="80%")
     ap.add_argument("--time-limit", type=float, default=None, help="for solve (default: none)")
+    ap.add_argument("--note", default="quiet machine (2 cores)", help="recorded with the results")
     args = ap.parse_args()
     remat = [sys.executable, "-m", "remat_cli"]
     rows = []
@@ -98,7 +99,7 @@ def main() -> None:
                 print(
                     f"{len(g.nodes):>7} {name:9} {code:>4} {wall:>8.2f} {rss / 1e6:>11.1f} {exp}", flush=True
                 )
-    path = write_results("scale", rows, note="loaded machine (2 cores shared by ~8 engineers)")
+    path = write_results("scale", rows, note=args.note)
     print(f"wrote {path}")
 
 

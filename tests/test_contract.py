@@ -69,7 +69,7 @@ class OutOfTree(Solver):
     name = "out-of-tree-baseline"
     method = "the baseline, from a plugin"
     paper = "—"
-    params = (Param("unused", int, 1, "an option, to exercise resolve()"),)
+    params = (Param("unused", int, 1, "an option, to exercise resolve()", low=0, high=10),)
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         steps = baseline_steps(graph)

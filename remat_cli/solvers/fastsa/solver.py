@@ -36,7 +36,7 @@ class FastSA(Solver):
     paper = "Imanishi et al., A fast heuristic to optimize time-space tradeoff for large models (NeurIPS'23)"
     exact = False
     params = (
-        Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)", low=1, high=10**12),
+        Param("iterations", int, 20_000_000, "first-stage SA iterations (App. D.4: 20M)", low=0, high=10**12),
         Param(
             "iterations2",
             int,

@@ -22,6 +22,9 @@ of the exact solvers. Two families, both keeping the graph's `order` for first c
    insert the recomputation — right before its next read — of the value live across that instant
    that removes the most excess bytes·instants per unit of cost; inputs dead by then are kept
    alive longer (their added excess is charged) or recomputed too, up to SPLIT_DEPTH levels.
+   When no recomputation lowers the peak, one computation near it is moved across it (delayed
+   past it when nothing reads its outputs before, or brought forward when its inputs exist):
+   the order is a lever of its own (MODeL's, Steiner et al. 2023), and RL n500 at 70% needs it.
 
 Each compute sequence is decoded with `steps_from_sequence` (frees at last use) and simulated.
 Deterministic: no randomness, ties go to the lowest index.

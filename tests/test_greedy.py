@@ -1,7 +1,10 @@
-"""greedy's eviction pool on large graphs (issue 20, scale): above SCAN_ALL values the Belady
-variants pick from a pool kept between full scans instead of scanning every value per eviction.
-The pool must make the same choices as the full scan (the pass stays linear, the answer does not
-change): here the threshold is lowered so that small generated graphs take the pooled path."""
+"""greedy: the eviction pool on large graphs (issue 20, scale) and the peak-reduction pass's
+moves of a computation across the peak (issue 22: RL n500 at 70%).
+
+Above SCAN_ALL values the Belady variants pick from a pool kept between full scans instead of
+scanning every value per eviction. The pool must make the same choices as the full scan (the
+pass stays linear, the answer does not change): the threshold is lowered here so that small
+generated graphs take the pooled path."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import pytest
 
 from remat_cli import generators
 from remat_cli.graph import Graph
-from remat_cli.schedule import baseline
+from remat_cli.runner import run_solver
+from remat_cli.schedule import baseline, peak_lower_bound
+from remat_cli.solver import SolveOptions
 from remat_cli.solvers.greedy import dtr
 from remat_cli.solvers.greedy.arrays import _Abandon, _arrays
 
@@ -60,3 +65,35 @@ def test_the_pool_picks_what_a_full_scan_picks(
         assert pooled == full, f"{name} at {fraction:.0%}"
         ran += full is not None and len(full[0]) > len(graph.needed_nodes)  # something was evicted
     assert ran, "no budget made the pass evict and recompute"
+
+
+#: X's output is read only by the last node, and X may not run twice: in the graph's order (and
+#: the low-memory order) x is live across A -> B -> C, the peak; no recomputation removes it, only
+#: running X later does
+LATE_READER = {
+    "format": "remat-graph",
+    "version": 1,
+    "name": "late-reader",
+    "values": [
+        {"id": "in", "size": 10, "role": "input"},
+        *({"id": v, "size": 100, "role": "intermediate"} for v in "xab"),
+        *({"id": v, "size": 10, "role": "intermediate"} for v in "cy"),
+    ],
+    "nodes": [
+        {"id": "X", "inputs": ["in"], "outputs": ["x"], "cost": 1.0, "recomputable": False},
+        {"id": "A", "inputs": ["in"], "outputs": ["a"], "cost": 1.0},
+        {"id": "B", "inputs": ["a"], "outputs": ["b"], "cost": 1.0},
+        {"id": "C", "inputs": ["b"], "outputs": ["c"], "cost": 1.0},
+        {"id": "Y", "inputs": ["x", "c"], "outputs": ["y"], "cost": 1.0},
+    ],
+    "outputs": ["y"],
+}
+
+
+def test_the_peak_pass_moves_a_computation_across_the_peak() -> None:
+    g = Graph.model_validate(LATE_READER)
+    assert baseline(g).peak_memory == 310 and peak_lower_bound(g) == 210
+    schedule, result = run_solver(g, 210, "greedy", SolveOptions(seed=0, workers=1))
+    assert schedule is not None and schedule.summary.peak_memory == 210, result.message
+    computes = [s.node for s in schedule.steps if s.op == "compute"]
+    assert computes.index("X") > computes.index("B")  # X ran after the old peak

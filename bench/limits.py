@@ -14,6 +14,7 @@ after every cell, so a cut-short run keeps what it measured. Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import write_results  # noqa: E402
+from common import RESULTS, write_results  # noqa: E402
 
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
@@ -80,11 +81,13 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
     args = ap.parse_args()
-    rows: list[dict[str, object]] = []
+    # cells measured before (another --only/--fractions run) are kept; a cell run again replaces them
+    old = RESULTS / "limits.json"
+    rows: list[dict[str, object]] = json.loads(old.read_text())["rows"] if old.exists() else []
     for name, g in onnx_graphs({s for s in args.only.split(",") if s}).items():
         for frac in (float(f) for f in args.fractions.split(",")):
             row = {"graph": name, "nodes": len(g.nodes)} | cell(g, frac, args.time_limit, args.backend)
-            rows.append(row)
+            rows = [r for r in rows if (r["graph"], r["fraction"]) != (name, row["fraction"])] + [row]
             print(
                 f"{name:24s} {frac:4.0%} checkmate {row.get('checkmate_status')} "
                 f"overhead {row.get('checkmate_overhead')} bound {row.get('best_bound')} "

@@ -10,19 +10,9 @@ from pathlib import Path
 import pytest
 
 from remat_cli import generators
+from tests.clirun import remat
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def remat(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remat_cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        timeout=120,
-    )
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess[str], fragment: str) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,7 @@ from remat_cli.sweep.plot import BASELINE_LABEL, memory_figure, tradeoff_figure
 from remat_cli.sweep.pool import LocalPool
 from remat_cli.sweep.report import report_html
 from remat_cli.sweep.sweep import run_sweep
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.clirun import remat
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +114,6 @@ def test_report_has_the_figure_and_every_cell(sweep: tuple[Path, dict[str, Graph
     for r in records:
         if r.get("schedule"):
             assert f"href='{r['schedule']}'" in page
-
-
-def remat(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remat_cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        timeout=120,
-    )
 
 
 def test_cli_writes_figures_and_report(sweep: tuple[Path, dict[str, Graph]], tmp_path: Path) -> None:

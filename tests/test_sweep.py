@@ -4,8 +4,7 @@ numbers, resume without re-running, Ctrl-C keeps finished cells only."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,10 @@ from remat_cli.sweep import runner
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, RecordWriter, make_cells, read_records, record_key
 from remat_cli.sweep.pool import LocalPool
 from remat_cli.sweep.sweep import run_sweep
+from tests.clirun import remat as _remat
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def remat(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "remat_cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        timeout=300,
-    )
+#: a sweep runs several solves in one command
+remat = partial(_remat, timeout=300)
 
 
 @pytest.fixture

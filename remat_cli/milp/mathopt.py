@@ -100,6 +100,15 @@ def model_proto(model: LinearModel, relax: bool = False) -> Any:
     return p
 
 
+def _by_type(val: Any, bools: Any, ints: Any, reals: Any, strings: Any) -> Any:
+    """The engine's option map for `val`'s type (bool before int: a bool is an int)."""
+    if isinstance(val, bool):
+        return bools
+    if isinstance(val, int):
+        return ints
+    return reals if isinstance(val, float) else strings
+
+
 def _solve_mathopt(
     model: LinearModel, s: EngineSettings, backend: str, time_left: float | None
 ) -> MilpResult:
@@ -148,28 +157,12 @@ def _solve_mathopt(
         params.absolute_gap_tolerance = 1e-9
     for key, val in s.engine_options.get(backend, {}).items():
         if backend == "highs":
-            group = (
-                params.highs.bool_options
-                if isinstance(val, bool)
-                else params.highs.int_options
-                if isinstance(val, int)
-                else params.highs.double_options
-                if isinstance(val, float)
-                else params.highs.string_options
-            )
-            group[key] = val
+            h = params.highs
+            _by_type(val, h.bool_options, h.int_options, h.double_options, h.string_options)[key] = val
         elif backend == "scip":
             # SCIP parameter names ("presolving/probing/maxrounds"), by value type
-            group = (
-                params.gscip.bool_params
-                if isinstance(val, bool)
-                else params.gscip.int_params
-                if isinstance(val, int)
-                else params.gscip.real_params
-                if isinstance(val, float)
-                else params.gscip.string_params
-            )
-            group[key] = val
+            g = params.gscip
+            _by_type(val, g.bool_params, g.int_params, g.real_params, g.string_params)[key] = val
         elif backend == "cpsat":
             setattr(params.cp_sat, key, val)
         elif backend == "pdlp":

@@ -162,9 +162,10 @@ def _run(
     # the pool while its k-th best is <= floor and scans again when not: the same choice as a
     # full scan up to ties and pool members overtaken by others. Graphs up to SCAN_ALL values
     # scan every time (exact, and bit-identical to before).
+    pooling = belady and nv > SCAN_ALL
     pool = np.zeros(0, dtype=np.int64)  # ascending ids, as a scan lists them
     floor = [-inf]
-    dirty: list[int] = []
+    dirty: list[int] = []  # filled only when pooling
 
     def pooled(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         nonlocal pool
@@ -187,7 +188,7 @@ def _run(
         return cand, denom, h0  # this pick sees every candidate, as the full scan does
 
     def pick() -> int:
-        if belady and nv > SCAN_ALL:
+        if pooling:
             cand, denom, h0 = pooled(ESTAR_TOP if estar else 1)
         else:
             cand, denom, h0 = scan()
@@ -241,7 +242,8 @@ def _run(
         mem += a.out_size[n]
         for o in a.outs[n]:
             live[o] = True
-            dirty.append(o)
+            if pooling:
+                dirty.append(o)
             last_access[o] = clock
             if next_use[o] == inf and evictable[o]:
                 zombies.append(o)
@@ -282,7 +284,7 @@ def _run(
             compute(n)
             for v in held:
                 locked[v] -= 1
-                if locked[v] == 0:
+                if pooling and locked[v] == 0:
                     dirty.append(v)
             stack.pop()
 
@@ -292,7 +294,8 @@ def _run(
             p = use_ptr[v] + 1
             use_ptr[v] = p
             next_use[v] = a.uses[v][p] if p < len(a.uses[v]) else inf
-            dirty.append(v)
+            if pooling:
+                dirty.append(v)
         for v in a.free_after[position]:
             # lazy: a dead value stays cached until memory is short (it is then the cheapest
             # to evict unless an evicted value's recomputation will read it)

@@ -118,8 +118,6 @@ def _best_move(
     for ivs in intervals:
         for s, _, uses in ivs:
             first_use.setdefault(s, []).append(uses[0] if uses else len(seq))
-    now = (float(prof.max()), float(np.maximum(prof - budget, 0.0).sum()))
-    best: list[int] | None = None
     candidates: list[list[int]] = []
     for i in range(max(0, t - MOVE_WINDOW), t):
         n = seq[i]
@@ -131,11 +129,20 @@ def _best_move(
         ready = all(max((s for s, _, _ in intervals[x] if s < i), default=t) < t for x in a.ins[n])
         if ready and n not in seq[t:i]:
             candidates.append(seq[:t] + [n] + seq[t:i] + seq[i + 1 :])
-    for cand in candidates:
+    k = _lowest(a, candidates, prof, budget)
+    return None if k is None else candidates[k]
+
+
+def _lowest(a: _Arrays, candidates: list[list[int]], prof: np.ndarray, budget: float) -> int | None:
+    """The index of the candidate sequence whose exact profile has the lowest (peak, total
+    excess over `budget`), if that is below the current profile `prof`'s; else None."""
+    now = (float(prof.max()), float(np.maximum(prof - budget, 0.0).sum()))
+    best = None
+    for k, cand in enumerate(candidates):
         prof2, _ = _decode(a, cand)
         after = (float(prof2.max()), float(np.maximum(prof2 - budget, 0.0).sum()))
         if after < now:
-            best, now = cand, after
+            best, now = k, after
     return best
 
 
@@ -248,14 +255,9 @@ def _best_split(
     cands.sort(key=lambda c: (-c[0], c[1]))
     best: tuple[int, list[int]] | None = None
     if exact:
-        now = (float(prof[t]), float(excess.sum()))
-        for _, v, b in cands[:exact]:
-            nodes = list(dict.fromkeys(plan(a.producer[v], b, depth)[3]))
-            prof2, _ = _decode(a, seq[:b] + nodes + seq[b:])
-            after = (float(prof2.max()), float(np.maximum(prof2 - budget, 0.0).sum()))
-            if after < now:
-                best, now = (b, nodes), after
-        return best
+        splits = [(b, list(dict.fromkeys(plan(a.producer[v], b, depth)[3]))) for _, v, b in cands[:exact]]
+        k = _lowest(a, [seq[:b] + nodes + seq[b:] for b, nodes in splits], prof, budget)
+        return None if k is None else splits[k]
     best_score = 0.0
     for bound, v, b in cands:
         if bound <= best_score:

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import numpy as np
-
 from remat_cli.graph import Graph
 
 
@@ -94,32 +92,6 @@ class Problem:
             (a.bit_count(), n - 1 - d.bit_count())
             for a, d in zip(self.ancestors, self.descendants, strict=True)
         ]
-
-    @cached_property
-    def forced_peak(self) -> int:
-        """A lower bound on the peak of every order (eq. 12's forced preservation): when v runs,
-        each tensor created by v or an ancestor of v and read by v or a descendant of v (or
-        kept to the end) is resident, whatever the order."""
-        n = len(self.ops)
-        if n == 0:
-            return 0
-        nbytes = (n + 7) // 8
-        total = np.zeros(n, dtype=np.int64)
-        up = [a | (1 << i) for i, a in enumerate(self.ancestors)]  # v and its fan-in
-        for t in self.tensors:
-            after = self.descendants[t.src] | (1 << t.src)
-            if t.to_end:
-                mask = after
-            else:
-                reach = 0
-                for s in t.sinks:
-                    reach |= up[s]
-                mask = after & (reach or (1 << t.src))
-            bits = np.unpackbits(
-                np.frombuffer(mask.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little"
-            )
-            total += bits[:n].astype(np.int64) * t.size
-        return int(total.max())
 
     def lifetime(self, t: Tensor, pos: list[int]) -> tuple[int, int]:
         """[first, last] step at which tensor `t` is resident under the order `pos`."""

@@ -9,8 +9,8 @@ recomputation, in three stages sharing the time limit:
    takes the fragmentation-free peak from 47.7 to 34.6 MB, which CP-SAT's order model did not
    find from the program order in 12 s).
 1. §5.5 reordering alone (`ordering.py`): CP-SAT minimises the fragmentation-free peak from the
-   warm start; its proven bound (or eq. 12's forced-preservation bound, `Problem.forced_peak`,
-   when larger) is a lower bound for every arena.
+   warm start; its proven bound (or the minimum-cut bound of `bound.py`, a strengthening of
+   eq. 12's forced preservation, when larger) is a lower bound for every arena.
 2. §4.3 addresses for the best order (`addresses.py`): greedy best fit, then CP-SAT
    ``AddNoOverlap2D`` when the greedy arena is above the order's peak.
 3. §4.4 program (9) (`joint.py`): only when the arena is still above the bound, CP-SAT over
@@ -42,9 +42,10 @@ from remat_cli.memory_plan import Buffer, align, arena_peak, buffers_of, greedy_
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.model.addresses import ENGINES, place
+from remat_cli.solvers.model.bound import cut_bound
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
-from remat_cli.solvers.model.ordering import greedy_order, improve_order, solve_order
+from remat_cli.solvers.model.ordering import cut_descent, greedy_order, improve_order, solve_order
 
 DEFAULT_TIME_LIMIT = 60.0
 #: program (9) is built only up to this many tensors: on torch_resnet_train (629 tensors) CP-SAT's
@@ -80,7 +81,7 @@ class Model(Solver):
         p = Problem(graph, alignment)
         resident = graph.resident_bytes
         program = list(range(len(p)))
-        floor = max(_floor(p, alignment), p.forced_peak)
+        floor = _floor(p, alignment)
         workers, seed = options.workers, options.seed
 
         def left(share: float = 1.0) -> float:
@@ -104,7 +105,7 @@ class Model(Solver):
             )
 
         if prm["order_only"]:
-            start = improve_order(p, self._start(p, options), time.monotonic() + left(0.3))
+            start, floor = self._order_start(p, options, floor, deadline)
             r = solve_order(p, start, left(), workers, seed, floor)
             steps = self._steps(p, r.order)
             return result(
@@ -133,8 +134,7 @@ class Model(Solver):
             )
 
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
-        start = self._start(p, options)
-        start = improve_order(p, start, time.monotonic() + left(0.15))
+        start, floor = self._order_start(p, options, floor, deadline)
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor)
@@ -194,6 +194,21 @@ class Model(Solver):
     @staticmethod
     def _steps(p: Problem, order: list[int]) -> list[Step]:
         return steps_from_sequence(p.graph, [p.ops[i] for i in order])
+
+    @classmethod
+    def _order_start(
+        cls, p: Problem, options: SolveOptions, floor: int, deadline: float
+    ) -> tuple[list[int], int]:
+        """Stage 0: the start order, hill-climbed, then the minimum-cut bound and the cut descent
+        towards it, each with a share of the time left; returns (order, bound)."""
+
+        def until(share: float) -> float:
+            now = time.monotonic()
+            return now + max(0.0, deadline - now) * share
+
+        start = improve_order(p, cls._start(p, options), until(0.15))
+        floor = max(floor, cut_bound(p, start, deadline))
+        return cut_descent(p, start, floor, until(0.25)), floor
 
     @staticmethod
     def _start(p: Problem, options: SolveOptions) -> list[int]:

@@ -12,6 +12,7 @@ orders of the buffers, the smallest arena kept. The exact placement is MODeL's a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,20 +85,58 @@ def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
         lambda i: (buffers[i].start - buffers[i].end, -buffers[i].size),
         lambda i: (buffers[i].start, -buffers[i].size),
     ):
-        offsets = _best_fit(buffers, sorted(range(len(buffers)), key=key), alignment)
-        arena = max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
+        offsets = best_fit(buffers, sorted(range(len(buffers)), key=key), alignment)
+        arena = _top(buffers, offsets, alignment)
         if best is None or arena < best_arena:
             best, best_arena = offsets, arena
     return best or []
 
 
-def _best_fit(buffers: Sequence[Buffer], order: list[int], alignment: int) -> list[int]:
+def perturbed_offsets(
+    buffers: Sequence[Buffer],
+    alignment: int,
+    start: list[int],
+    count: int,
+    seed: int = 0,
+    deadline: float | None = None,
+    fixed: dict[int, int] | None = None,
+) -> list[int]:
+    """Best fit again in `count` buffer orders drawn around greedy-by-size (each size scaled by
+    a log-normal factor, sigma 0.5), from `start` (offsets); the smallest arena wins. The fixed
+    orders of `greedy_offsets` leave 4.7-15% above the peak on exported VGG-11 and AlexNet steps
+    (batch 32) where 300 draws reach 0% (AlexNet) and 7% (VGG-11). `fixed`: buffers whose
+    offsets are given (placed first, never moved). Stops at `deadline` (time.monotonic())."""
+    rng = np.random.default_rng(seed)
+    size = np.array([align(b.size, alignment) for b in buffers], dtype=np.float64)
+    best, best_arena = list(start), _top(buffers, start, alignment)
+    free = [i for i in range(len(buffers)) if not fixed or i not in fixed]
+    for _ in range(count):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        key = -size[free] * np.exp(rng.normal(0.0, 0.5, len(free)))
+        order = [free[k] for k in np.argsort(key, kind="stable")]
+        offsets = best_fit(buffers, order, alignment, fixed)
+        arena = _top(buffers, offsets, alignment)
+        if arena < best_arena:
+            best, best_arena = offsets, arena
+    return best
+
+
+def _top(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) -> int:
+    return max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
+
+
+def best_fit(
+    buffers: Sequence[Buffer], order: list[int], alignment: int, fixed: dict[int, int] | None = None
+) -> list[int]:
     n = len(buffers)
     start = np.array([b.start for b in buffers], dtype=np.int64)
     end = np.array([b.end for b in buffers], dtype=np.int64)
     size = np.array([align(b.size, alignment) for b in buffers], dtype=np.int64)
     offset = np.full(n, -1, dtype=np.int64)
     placed = np.zeros(n, dtype=bool)
+    for i, o in (fixed or {}).items():
+        offset[i], placed[i] = o, True
     for i in order:
         if size[i] == 0:
             offset[i] = 0

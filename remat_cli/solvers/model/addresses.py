@@ -17,10 +17,18 @@ proves the peak optimal in 0.45 s, the MILP (HiGHS) still has the greedy arena a
 torch_resnet_train neither closes a 128 B gap in 20 s; on the transformer and the U-Net the
 greedy start is already the peak. Hence CP-SAT by default. The lower bound is the order's
 fragmentation-free peak (`arena_peak`).
+
+Before either engine (not in the paper): best fit in perturbed buffer orders, then, with CP-SAT,
+the big buffers (at least 1% of the peak) placed exactly on their own and the rest best-fitted
+around them. On the exported VGG-11 step at batch 32 the fixed greedy orders leave 15% above the
+peak, 300 perturbed orders 7%, the big buffers first 4.3% (their own model, 96 of 203 buffers,
+is proven in 0.1 s), and the full model from there 2.1% in 20 s; from the greedy start the full
+model had not passed 8% in 20 s.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,10 +36,14 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from remat_cli import milp
-from remat_cli.memory_plan import Buffer, align, arena_peak, greedy_offsets
+from remat_cli.memory_plan import Buffer, align, arena_peak, best_fit, greedy_offsets, perturbed_offsets
 from remat_cli.solvers.model import cpsat
 
 ENGINES = ("cp-sat", "milp")
+#: buffers of at least this fraction of the peak are placed exactly before the others
+BIG = 0.01
+#: perturbed best-fit orders tried before an engine runs
+RESTARTS = 300
 
 
 def place(
@@ -41,14 +53,31 @@ def place(
     workers: int = 1,
     seed: int = 0,
     engine: str = "cp-sat",
+    gap: float = 0.0,
 ) -> tuple[list[int], int, int, bool]:
-    """Offsets for `buffers`: (offsets, arena, lower bound, proven optimal)."""
+    """Offsets for `buffers`: (offsets, arena, lower bound, proven optimal). Stops once the
+    arena is within `gap` (a fraction) of the bound."""
+    deadline = time.monotonic() + max(0.0, time_limit)
     offsets = greedy_offsets(buffers, alignment)
     arena = _arena(buffers, offsets, alignment)
     bound = arena_peak(buffers, alignment)
-    if arena <= bound or time_limit <= 0:
+
+    def settled() -> bool:
+        return arena <= bound * (1 + gap) or time.monotonic() >= deadline
+
+    if time_limit <= 0 or settled():
         return offsets, arena, bound, arena <= bound
-    task = _Task(buffers, alignment, offsets, arena, bound, time_limit, workers, seed)
+    offsets = perturbed_offsets(buffers, alignment, offsets, RESTARTS, seed, deadline - 0.8 * time_limit)
+    arena = _arena(buffers, offsets, alignment)
+    if engine == "cp-sat" and not settled():
+        share = 0.3 * (deadline - time.monotonic())
+        tiered = _big_first(buffers, alignment, bound, share, workers, seed)
+        if tiered is not None and _arena(buffers, tiered, alignment) < arena:
+            offsets, arena = tiered, _arena(buffers, tiered, alignment)
+    if settled():
+        return offsets, arena, bound, arena <= bound
+    left = deadline - time.monotonic()
+    task = _Task(buffers, alignment, offsets, arena, bound, left, workers, seed, gap)
     got = _milp(task) if engine == "milp" else _cpsat(task)
     if got is None:
         return offsets, arena, bound, False
@@ -58,6 +87,35 @@ def place(
         offsets, arena = new, new_arena
     bound = max(bound, new_bound)
     return offsets, arena, min(bound, arena), proven or arena <= bound
+
+
+def _big_first(
+    buffers: Sequence[Buffer], alignment: int, peak: int, time_limit: float, workers: int, seed: int
+) -> list[int] | None:
+    """The buffers of at least BIG x peak placed by the exact model alone, then the others best
+    fitted around them (perturbed orders); None when there is nothing to split."""
+    big = [i for i, b in enumerate(buffers) if b.size >= BIG * peak]
+    if len(big) < 2 or len(big) == len(buffers):
+        return None
+    sub = [buffers[i] for i in big]
+    start = greedy_offsets(sub, alignment)
+    task = _Task(
+        sub,
+        alignment,
+        start,
+        _arena(sub, start, alignment),
+        arena_peak(sub, alignment),
+        time_limit,
+        workers,
+        seed,
+    )
+    got = _cpsat(task) if task.arena > task.bound else (start, task.bound, True)
+    if got is None:
+        return None
+    fixed = {i: o for i, o in zip(big, got[0], strict=True)}
+    small = sorted((i for i in range(len(buffers)) if i not in fixed), key=lambda i: -buffers[i].size)
+    first = best_fit(buffers, small, alignment, fixed)
+    return perturbed_offsets(buffers, alignment, first, RESTARTS // 6, seed, fixed=fixed)
 
 
 def _arena(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) -> int:
@@ -76,6 +134,7 @@ class _Task:
     time_limit: float
     workers: int
     seed: int
+    gap: float = 0.0  # stop once the arena is within this fraction of the bound
 
 
 # (offsets, lower bound, proven optimal), or None when the engine found no solution
@@ -103,7 +162,7 @@ def _cpsat(t: _Task) -> _Found:
         ys.append(m.new_fixed_size_interval_var(a, u, f"y{i}"))
     m.add_no_overlap_2d(xs, ys)
     m.minimize(peak)
-    got = cpsat.run(m, t.time_limit, t.workers, t.seed)
+    got = cpsat.run(m, t.time_limit, t.workers, t.seed, t.gap)
     if got is None:
         return None
     solver, optimal = got
@@ -172,7 +231,12 @@ def _milp(t: _Task) -> _Found:
     res = milp.solve(
         lm,
         milp.EngineSettings(
-            backend="highs", time_limit=t.time_limit, threads=t.workers, seed=t.seed, hint=hint
+            backend="highs",
+            time_limit=t.time_limit,
+            threads=t.workers,
+            seed=t.seed,
+            hint=hint,
+            rel_gap=max(t.gap, 1e-6),
         ),
     )
     if res.x is None:

@@ -39,6 +39,7 @@ def solve_joint(
     time_limit: float,
     workers: int,
     seed: int,
+    gap: float = 0.0,
 ) -> JointResult | None:
     """Minimise the arena over orders and offsets, warm-started from a full solution."""
     m = cp_model.CpModel()
@@ -63,7 +64,7 @@ def solve_joint(
     m.add_cumulative(xs, sizes, arena)  # redundant: the order-only relaxation (§5.5)
     m.minimize(arena)
     hint_order(m, v, start_order)
-    got = cpsat.run(m, time_limit, workers, seed)
+    got = cpsat.run(m, time_limit, workers, seed, gap)
     if got is None:
         return None
     solver, optimal = got

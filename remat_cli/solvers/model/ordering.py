@@ -171,7 +171,13 @@ class OrderResult:
 
 
 def solve_order(
-    p: Problem, start: list[int], time_limit: float, workers: int, seed: int, floor: int = 0
+    p: Problem,
+    start: list[int],
+    time_limit: float,
+    workers: int,
+    seed: int,
+    floor: int = 0,
+    gap: float = 0.0,
 ) -> OrderResult:
     """Minimise the fragmentation-free peak over all orders, warm-started from `start`.
 
@@ -180,6 +186,8 @@ def solve_order(
     start_peak = p.peak(start)
     if start_peak <= floor or len(p) <= 1:
         return OrderResult(start, start_peak, start_peak, True)
+    if start_peak <= floor * (1 + gap):
+        return OrderResult(start, start_peak, floor, False)
     m = cp_model.CpModel()
     v = order_vars(m, p)
     peak = m.new_int_var(floor, start_peak, "peak")
@@ -187,7 +195,7 @@ def solve_order(
     m.add_cumulative([iv for iv, _ in live], [s for _, s in live], peak)
     m.minimize(peak)
     hint_order(m, v, start)
-    got = cpsat.run(m, time_limit, workers, seed)
+    got = cpsat.run(m, time_limit, workers, seed, gap)
     if got is None:
         return OrderResult(start, start_peak, floor, False)
     solver, _ = got

@@ -64,6 +64,15 @@ class Model(Solver):
         Param("order_only", bool, False, "order alone: the ideal, fragmentation-free peak (§5.5), no plan"),
         Param("alignment", int, 1, "every offset and size a multiple of this many bytes", low=1, high=2**30),
         Param("address_engine", str, "cp-sat", "engine for the address stage", ENGINES),
+        Param(
+            "gap",
+            float,
+            1e-4,
+            "stop once the arena is within this fraction above the lower bound (Gurobi's default "
+            "MIPGap, the paper's setting); 0: search until proven optimal or out of time",
+            low=0.0,
+            high=1.0,
+        ),
     )
 
     def notes(self) -> str:
@@ -82,7 +91,10 @@ class Model(Solver):
         resident = graph.resident_bytes
         program = list(range(len(p)))
         floor = _floor(p, alignment)
-        workers, seed = options.workers, options.seed
+        workers, seed, gap = options.workers, options.seed, float(prm["gap"])
+
+        def open_gap(objective: int, bound: int) -> bool:
+            return objective > bound * (1 + gap) and left() > 0
 
         def left(share: float = 1.0) -> float:
             return max(0.0, deadline - time.monotonic()) * share
@@ -106,7 +118,7 @@ class Model(Solver):
 
         if prm["order_only"]:
             start, floor = self._order_start(p, options, floor, deadline)
-            r = solve_order(p, start, left(), workers, seed, floor)
+            r = solve_order(p, start, left(), workers, seed, floor, gap)
             steps = self._steps(p, r.order)
             return result(
                 steps,
@@ -114,7 +126,8 @@ class Model(Solver):
                 r.bound,
                 r.optimal,
                 message=f"order only: fragmentation-free peak {r.peak:,} B of intermediates "
-                f"(program order {p.peak(program):,} B); no memory plan",
+                f"({'proven optimal' if r.optimal else f'bound {r.bound:,} B'}; program order "
+                f"{p.peak(program):,} B); no memory plan",
             )
 
         engine = str(prm["address_engine"])
@@ -122,7 +135,7 @@ class Model(Solver):
         if prm["fixed_order"]:
             steps = self._steps(p, program)
             bufs = buffers_of(graph, steps)
-            offsets, arena, bound, optimal = place(bufs, alignment, left(), workers, seed, engine)
+            offsets, arena, bound, optimal = place(bufs, alignment, left(), workers, seed, engine, gap)
             return result(
                 steps,
                 arena,
@@ -137,7 +150,7 @@ class Model(Solver):
         start, floor = self._order_start(p, options, floor, deadline)
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
-        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor)
+        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest greedy arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None
@@ -153,18 +166,18 @@ class Model(Solver):
         options.incumbent(self._steps(p, order))
         options.progress(arena=resident + arena, bound=resident + bound)
         stage = "order, then addresses"
-        if arena > bound and left() > 0:
-            offs, arena, _, _ = place(bufs, alignment, left(0.35), workers, seed, engine)
+        if open_gap(arena, bound):
+            offs, arena, _, _ = place(bufs, alignment, left(0.35), workers, seed, engine, gap)
             options.progress(arena=resident + arena, bound=resident + bound)
         # 3. program (9) when a gap remains
-        if arena > bound and left() > 0.5 and joint:
+        if open_gap(arena, bound) and left() > 0.5 and joint:
             by_value = {
                 (b.value, b.node if b.value is None else ""): o for b, o in zip(bufs, offs, strict=True)
             }
             start_offsets = [
                 by_value.get((t.value, p.ops[t.src] if t.value is None else ""), 0) for t in p.tensors
             ]
-            j = solve_joint(p, alignment, order, start_offsets, arena, bound, left(), workers, seed)
+            j = solve_joint(p, alignment, order, start_offsets, arena, bound, left(), workers, seed, gap)
             if j is not None:
                 bound = max(bound, j.bound)
                 if j.arena < arena:
@@ -187,8 +200,10 @@ class Model(Solver):
             arena <= bound,
             plan=make_plan(bufs, offs, alignment),
             backend=backend,
-            message=f"{stage}: arena {arena:,} B, bound {bound:,} B, program order's peak "
-            f"{p.peak(program):,} B, best order's ideal peak {r.peak:,} B",
+            message=f"{stage}: arena {arena:,} B, bound {bound:,} B"
+            + (f" (within --gap {gap:g})" if bound < arena <= bound * (1 + gap) else "")
+            + f", program order's peak {p.peak(program):,} B, best order's ideal peak {r.peak:,} B "
+            + ("(proven optimal)" if r.optimal else f"(order bound {r.bound:,} B)"),
         )
 
     @staticmethod

@@ -46,14 +46,16 @@ def _conv_backward(
     groups: int,
     output_mask: list[bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """aten.convolution_backward for 2-D convolutions and transposed convolutions (groups=1,
-    dilation=1), each gradient itself a (transposed) convolution.
+    """aten.convolution_backward for 2-D convolutions (grouped ones included, MobileNet's
+    depthwise convolutions among them) and transposed convolutions (groups=1), dilation 1, each
+    gradient itself a (transposed) convolution with the same groups.
 
     Convolution y = x ⋆ w: grad_x is the transposed convolution of grad_y with w, and grad_w
-    the convolution of x with grad_y with batch and channels swapped (stride becomes dilation).
-    Transposed convolution: the roles of x and grad_y swap in both."""
-    if groups != 1 or any(d != 1 for d in dilation):
-        raise NotImplementedError("only groups=1, dilation=1 convolutions are decomposed")
+    the convolution of x with grad_y with batch and channels swapped (stride becomes dilation);
+    with g groups the batch goes into the channels, (N, g, C/g) -> (C/g, g N), so that group k
+    of x meets only group k of grad_y. Transposed convolution: the roles of x and grad_y swap."""
+    if any(d != 1 for d in dilation) or (transposed and groups != 1):
+        raise NotImplementedError("only dilation-1 convolutions (grouped ones not transposed) are decomposed")
     grad_x = grad_w = grad_b = None
     kh, kw = weight.shape[2], weight.shape[3]
     if output_mask[0]:
@@ -62,20 +64,33 @@ def _conv_backward(
         elif all(s == 1 for s in stride):
             # Stride 1: a plain convolution with the flipped kernel. onnxruntime's ConvTranspose
             # keeps a column buffer as large as a whole image's input gradient; Conv does not.
-            flipped = weight.flip(2, 3).transpose(0, 1)
+            out_g, in_g = weight.shape[0] // groups, weight.shape[1]
+            flipped = (
+                weight.reshape(groups, out_g, in_g, kh, kw)
+                .transpose(1, 2)
+                .reshape(groups * in_g, out_g, kh, kw)
+                .flip(2, 3)
+            )
             pad = [kh - 1 - padding[0], kw - 1 - padding[1]]
-            grad_x = aten.convolution(grad_out, flipped, None, [1, 1], pad, dilation, False, [0, 0], 1)
+            grad_x = aten.convolution(grad_out, flipped, None, [1, 1], pad, dilation, False, [0, 0], groups)
         else:
             # output_padding recovers the input size lost to integer division by the stride.
             h = (grad_out.shape[2] - 1) * stride[0] - 2 * padding[0] + kh
             w = (grad_out.shape[3] - 1) * stride[1] - 2 * padding[1] + kw
             op = [x.shape[2] - h, x.shape[3] - w]
-            grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, True, op, 1)
+            grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, True, op, groups)
     if output_mask[1]:
         a, b = (grad_out, x) if transposed else (x, grad_out)
-        # (N,C,H,W) -> (C,N,H,W): correlate every channel of `a` with every channel of `b`.
+        # `a` (N, g, C/g, H, W) -> (C/g, g N, H, W) and `b` (N, C', H', W') -> (C', N, H', W'):
+        # group k of `a`'s channels meets only group k of `b`'s, summed over the batch.
+        n, c, h, w = a.shape
+        a = (
+            a.reshape(n, groups, c // groups, h, w)
+            .permute(2, 1, 0, 3, 4)
+            .reshape(c // groups, groups * n, h, w)
+        )
         gw = aten.convolution(
-            a.transpose(0, 1), b.transpose(0, 1), None, dilation, padding, stride, False, [0, 0], 1
+            a, b.transpose(0, 1), None, dilation, padding, stride, False, [0, 0], groups
         ).transpose(0, 1)
         grad_w = gw[:, :, :kh, :kw]
     if output_mask[2]:

@@ -129,39 +129,27 @@ def _top(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) -> i
 def best_fit(
     buffers: Sequence[Buffer], order: list[int], alignment: int, fixed: dict[int, int] | None = None
 ) -> list[int]:
-    n = len(buffers)
+    """Offsets by best fit, placing the buffers in `order` (`fixed`: offsets already given)."""
     start = np.array([b.start for b in buffers], dtype=np.int64)
     end = np.array([b.end for b in buffers], dtype=np.int64)
     size = np.array([align(b.size, alignment) for b in buffers], dtype=np.int64)
-    offset = np.full(n, -1, dtype=np.int64)
-    placed = np.zeros(n, dtype=bool)
+    return best_fit_arrays(start, end, size, order, fixed).tolist()
+
+
+def best_fit_arrays(
+    start: np.ndarray,
+    end: np.ndarray,
+    size: np.ndarray,
+    order: list[int],
+    fixed: dict[int, int] | None = None,
+) -> np.ndarray:
+    """`best_fit` on lifetimes [start, end) and aligned sizes given as int64 arrays."""
+    from remat_cli.best_fit import best_fit_kernel
+
+    offset = np.full(len(start), -1, dtype=np.int64)
     for i, o in (fixed or {}).items():
-        offset[i], placed[i] = o, True
-    for i in order:
-        if size[i] == 0:
-            offset[i] = 0
-            placed[i] = True
-            continue
-        mask = placed & (start < end[i]) & (start[i] < end) & (size > 0)
-        idx = np.nonzero(mask)[0]
-        chosen = None
-        if idx.size:
-            lo = offset[idx]
-            hi = lo + size[idx]
-            order_ = np.argsort(lo, kind="stable")
-            lo, hi = lo[order_], hi[order_]
-            reach = np.maximum.accumulate(hi)  # top of everything below each interval
-            gaps_lo = np.concatenate(([0], reach[:-1]))
-            gap = lo - gaps_lo
-            fits = np.nonzero(gap >= size[i])[0]
-            if fits.size:
-                j = fits[np.argmin(gap[fits])]  # best fit: the tightest gap
-                chosen = int(gaps_lo[j])
-            else:
-                chosen = int(reach[-1])
-        offset[i] = 0 if chosen is None else chosen
-        placed[i] = True
-    return [int(o) for o in offset]
+        offset[i] = o
+    return best_fit_kernel(start, end, size, np.asarray(order, dtype=np.int64), offset)
 
 
 def make_plan(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int = 1) -> MemoryPlan:

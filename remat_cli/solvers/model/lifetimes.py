@@ -15,10 +15,12 @@ longest path (eq. 10).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from remat_cli.graph import Graph
+from remat_cli.memory_plan import Buffer
 
 
 def _align(x: int, alignment: int) -> int:
@@ -92,6 +94,22 @@ class Problem:
             (a.bit_count(), n - 1 - d.bit_count())
             for a, d in zip(self.ancestors, self.descendants, strict=True)
         ]
+
+    def _key(self, t: Tensor) -> tuple[str | None, str]:
+        return t.value, self.ops[t.src] if t.value is None else ""
+
+    def by_buffer(self, tensor_offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
+        """Offsets per tensor (of `tensors`) as offsets per buffer of the schedule (`buffers_of`)."""
+        at = {self._key(t): o for t, o in zip(self.tensors, tensor_offsets, strict=True)}
+        return [at[(b.value, b.node if b.value is None else "")] for b in buffers]
+
+    def by_tensor(self, buffer_offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
+        """The inverse of `by_buffer` (0 for a tensor without a buffer)."""
+        at = {
+            (b.value, b.node if b.value is None else ""): o
+            for b, o in zip(buffers, buffer_offsets, strict=True)
+        }
+        return [at.get(self._key(t), 0) for t in self.tensors]
 
     def lifetime(self, t: Tensor, pos: list[int]) -> tuple[int, int]:
         """[first, last] step at which tensor `t` is resident under the order `pos`."""

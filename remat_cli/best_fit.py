@@ -1,0 +1,50 @@
+"""The best-fit placement loop of `memory_plan`, compiled (numba): it runs hundreds of times per
+MODeL solve (perturbed orders, the plateau walk), where the numpy version took 4 ms for the 203
+buffers of an exported VGG-11 step and 30 ms for 891 (ResNet-18). Imported lazily by
+`memory_plan`, so that commands which never place buffers do not load numba.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def best_fit_kernel(
+    start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray
+) -> np.ndarray:
+    """Place the buffers of `order` in turn (buffer i live over [start[i], end[i]), `size[i]`
+    bytes) at the bottom of the tightest gap left by the placed buffers live at the same time,
+    or on top of them all. `offset` holds the fixed buffers' offsets and -1 for the others;
+    returns the filled copy."""
+    offset = offset.copy()
+    n = len(start)
+    lo = np.empty(n, dtype=np.int64)
+    hi = np.empty(n, dtype=np.int64)
+    for i in order:
+        if size[i] == 0:
+            offset[i] = 0
+            continue
+        m = 0
+        for j in range(n):
+            if offset[j] >= 0 and size[j] > 0 and start[j] < end[i] and start[i] < end[j]:
+                lo[m] = offset[j]
+                hi[m] = offset[j] + size[j]
+                m += 1
+        if m == 0:
+            offset[i] = 0
+            continue
+        by_lo = np.argsort(lo[:m], kind="mergesort")
+        reach = 0  # top of everything below the current interval
+        best_gap = -1
+        chosen = -1
+        for k in by_lo:
+            gap = lo[k] - reach
+            if gap >= size[i] and (best_gap < 0 or gap < best_gap):
+                best_gap = gap
+                chosen = reach
+            if hi[k] > reach:
+                reach = hi[k]
+        offset[i] = chosen if chosen >= 0 else reach
+    return offset

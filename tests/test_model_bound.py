@@ -17,7 +17,7 @@ from remat_cli.graph import Graph, Node, Value
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import steps_from_sequence
-from remat_cli.solvers.model.bound import CutNetwork, cut_bound, live_profile
+from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import Problem
 from remat_cli.solvers.model.ordering import cut_descent, improve_order
 from remat_cli.solvers.model.plateau import Lifetimes, plateau_walk
@@ -126,3 +126,29 @@ def test_plateau_walk_gives_valid_plans_and_tighter_arenas() -> None:
         assert plan.arena <= before
         improved.append(plan.arena < before)
     assert any(improved)
+
+
+def two_weight_gradients() -> Graph:
+    """The end of a training step: a loss gradient g meets the activation a in two weight-gradient
+    convolutions, each writing a 50-byte temporary that a transpose turns into a 50-byte
+    gradient kept to the end. Whichever transpose runs last holds the other gradient, its own
+    temporary and its own output: 150 bytes, which no single operator's cut sees (102)."""
+    values = [Value(id="x", size=8, role="input"), Value(id="a", size=1), Value(id="g", size=1)]
+    nodes = [Node(id="f", inputs=["x"], outputs=["a"]), Node(id="loss", inputs=["a"], outputs=["g"])]
+    for k in (1, 2):
+        values += [Value(id=f"t{k}", size=50), Value(id=f"w{k}", size=50)]
+        nodes += [
+            Node(id=f"conv{k}", inputs=["a", "g"], outputs=[f"t{k}"]),
+            Node(id=f"perm{k}", inputs=[f"t{k}"], outputs=[f"w{k}"]),
+        ]
+    return Graph(name="two_grads", values=values, nodes=nodes, outputs=["w1", "w2"])
+
+
+def test_the_last_of_the_gradients_holds_all_the_others() -> None:
+    g = two_weight_gradients()
+    p = Problem(g)
+    net = CutNetwork(p)
+    assert max(net.cut(v) for v in range(len(p))) == 102
+    assert last_of_bound(p, net, peak=10**9) == 150 == min(p.peak(o) for o in orders(p))
+    s, _ = solve(g, order_only=True)
+    assert s is not None and s.solver.status == "optimal" and s.summary.peak_memory == 150 + 8

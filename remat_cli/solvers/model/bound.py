@@ -23,6 +23,16 @@ run early, which eq. 12 cannot see through.
 The cut at v is at most the live bytes at v in any order, so operators are visited from the
 incumbent's highest step down and the search stops once the incumbent's live bytes at the
 remaining operators cannot beat the bound (or the bound reaches the incumbent's peak: proven).
+
+The cuts see one step at a time, and the optimum is often set at the end of a training step,
+where every weight gradient (a graph output, kept to the end) is live and the last ones are
+still being made. A second bound looks at that: of any set W of operators with no successor,
+one runs last, and when it does every other operator of W and all their ancestors have run.
+So min over u in W of the cut at u with W and its fan-in on the source side is a bound, for
+every such W. W starts as all of them and loses the operator of the smallest cut each round
+(peeling); the largest of the rounds' minima counts. On the exported AlexNet step (batch 1) it
+is 23,563,712 B, the best arena found, where the cuts give 18.9 MB and all outputs together
+23,559,552 B; on ResNet-18 (batch 1) 45.29 MB against 44.72 MB.
 """
 
 from __future__ import annotations
@@ -96,11 +106,12 @@ class CutNetwork:
             np.array(tails, dtype=np.int32), np.array(heads, dtype=np.int32), np.array(caps, dtype=np.int64)
         )
 
-    def cut(self, v: int) -> int:
-        """The fewest bytes resident while v runs, over every order."""
+    def cut(self, v: int, before: int = 0) -> int:
+        """The fewest bytes resident while v runs, over every order that runs the operators of
+        the bitset `before` (closed under ancestors) before v."""
         n, inf, flow = self.n, self.inf, self.flow
         flow.set_arcs_capacity(self.size_arc[self._own], self.sizes[self._own])  # the last v's
-        flow.set_arcs_capacity(self.from_source, np.where(_bits(self.up[v], n), inf, 0))
+        flow.set_arcs_capacity(self.from_source, np.where(_bits(self.up[v] | before, n), inf, 0))
         flow.set_arcs_capacity(self.to_sink, np.where(_bits(self.down[v], n), inf, 0))
         self._own = own = self.touching[v]
         flow.set_arcs_capacity(self.size_arc[own], np.zeros(len(own), dtype=np.int64))  # counted below
@@ -127,6 +138,27 @@ def cut_bound(p: Problem, order: list[int], deadline: float | None = None) -> in
         if ub[v] <= best or (deadline is not None and time.monotonic() > deadline):
             break
         best = max(best, net.cut(v))
+    return max(best, last_of_bound(p, net, int(ub.max()), deadline))
+
+
+def last_of_bound(p: Problem, net: CutNetwork, peak: int, deadline: float | None = None) -> int:
+    """The peeling bound over the operators without successors (module docstring); stops at
+    `peak` (the incumbent's: nothing can be proven above it) or at `deadline`."""
+    last = [i for i in range(len(p)) if not p.succs[i]]
+    best = 0
+    while len(last) > 1 and best < peak:
+        cuts = []
+        for u in last:
+            if deadline is not None and time.monotonic() > deadline:
+                return best
+            others = 0
+            for w in last:
+                if w != u:
+                    others |= net.up[w]
+            cuts.append(net.cut(u, others))
+        k = int(np.argmin(cuts))
+        best = max(best, cuts[k])
+        last.pop(k)
     return best
 
 

@@ -177,18 +177,26 @@ class Model(Solver):
             consider(list(order))
         assert best is not None
         stage = "order, then addresses"
-        if open_gap(best[0], bound):  # the orders of that peak whose placement is tighter
-            options.progress(arena=resident + best[0], bound=resident + bound)
-            walked, walked_offsets = plateau_walk(p, best[1], bound, time.monotonic() + left(0.4), seed)
-            consider(walked, walked_offsets)
-        arena, order, bufs, offs = best
-        options.incumbent(self._steps(p, order))
-        options.progress(arena=resident + arena, bound=resident + bound)
-        if open_gap(arena, bound):
-            placed, placed_arena, _, _ = place(bufs, alignment, left(0.35), workers, seed, engine, gap)
-            if placed_arena < arena:
-                offs, arena = placed, placed_arena
+
+        def place_best(share: float) -> None:
+            nonlocal best
+            assert best is not None
+            arena, order, bufs, offs = best
+            options.incumbent(self._steps(p, order))
             options.progress(arena=resident + arena, bound=resident + bound)
+            if open_gap(arena, bound):
+                placed, placed_arena, _, _ = place(bufs, alignment, left(share), workers, seed, engine, gap)
+                if placed_arena < arena:
+                    best = (placed_arena, order, bufs, placed)
+
+        place_best(0.15)
+        if open_gap(best[0], bound):  # orders of that peak whose placement is tighter
+            walked, walked_offsets = plateau_walk(p, best[1], bound, time.monotonic() + left(0.5), seed)
+            before = best[0]
+            consider(walked, walked_offsets)
+            if best[0] < before:
+                place_best(0.5)
+        arena, order, bufs, offs = best
         # 3. program (9) when a gap remains
         if open_gap(arena, bound) and left() > 0.5 and joint:
             start_offsets = p.by_tensor(offs, bufs)

@@ -11,6 +11,9 @@ live outside the arena and are not tensors here.
 App. A.1's ASAP/ALAP become, with one operator per step, the number of ancestors and of
 descendants: pos(v) >= |anc(v)| and pos(v) <= n - 1 - |desc(v)|, a tighter window than the
 longest path (eq. 10).
+
+`Lifetimes` computes every tensor's [start, end) for an order with numpy, for the searches that
+evaluate thousands of orders (hill climbing, the plateau walk).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from remat_cli.graph import Graph
-from remat_cli.memory_plan import Buffer
+from remat_cli.memory_plan import Buffer, best_fit_arrays
 
 
 def _align(x: int, alignment: int) -> int:
@@ -133,3 +138,47 @@ class Problem:
             cur += d
             best = max(best, cur)
         return best
+
+
+class Lifetimes:
+    """Every tensor's steps [start, end) under an order, vectorised (one operator per step, as in
+    `lifetimes.Problem.lifetime`: the same overlaps as the schedule's buffers)."""
+
+    def __init__(self, p: Problem):
+        n = len(p)
+        self.n = n
+        self.src = np.array([t.src for t in p.tensors], dtype=np.int64)
+        width = max((len(t.sinks) for t in p.tensors), default=0)
+        # readers padded with the producer itself: a tensor nobody reads ends right after it
+        self.readers = np.array(
+            [list(t.sinks) + [t.src] * (width + 1 - len(t.sinks)) for t in p.tensors], dtype=np.int64
+        ).reshape(len(p.tensors), width + 1)
+        self.to_end = np.array([t.to_end for t in p.tensors], dtype=bool)
+        self.size = np.array([t.size for t in p.tensors], dtype=np.int64)
+        self.by_size = np.lexsort((self.src, -self.size))  # placement order: larger first
+
+    def of(self, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.empty(self.n, dtype=np.int64)
+        pos[np.asarray(order, dtype=np.int64)] = np.arange(self.n)
+        start = pos[self.src]
+        end = np.where(self.to_end, self.n, pos[self.readers].max(axis=1) + 1)
+        return start, end
+
+    def peak(self, start: np.ndarray, end: np.ndarray) -> int:
+        delta = np.zeros(self.n + 1, dtype=np.int64)
+        np.add.at(delta, start, self.size)
+        np.add.at(delta, end, -self.size)
+        return int(np.cumsum(delta).max()) if self.n else 0
+
+    def greedy(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Offsets by best fit in decreasing size (ties: earlier producer)."""
+        return best_fit_arrays(start, end, self.size, self.by_size.tolist())
+
+    def arena(self, offsets: np.ndarray) -> int:
+        return int((offsets + self.size).max()) if len(offsets) else 0
+
+    def on_top(self, offsets: np.ndarray, arena: int) -> np.ndarray:
+        """The operators creating or reading a tensor that reaches the arena's top: moving them
+        shortens or shifts what sets the arena."""
+        top = np.nonzero(offsets + self.size == arena)[0]
+        return np.unique(np.concatenate([self.src[top], self.readers[top].ravel()]))

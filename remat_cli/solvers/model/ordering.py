@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 
 from remat_cli.solvers.model import cpsat
 from remat_cli.solvers.model.bound import CutNetwork, live_profile
-from remat_cli.solvers.model.lifetimes import Problem
+from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
 
 
 @dataclass
@@ -100,6 +100,7 @@ def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
     successor allows (it allocates more than it frees) or as early as its last predecessor
     allows, keep the move when the peak drops; sweeps until none helps or `deadline`
     (time.monotonic()). A warm start for the exact model, not part of the paper."""
+    life = Lifetimes(p)
     best = p.peak(order)
     improved = True
     while improved and time.monotonic() < deadline:
@@ -116,7 +117,7 @@ def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
                     continue
                 trial = order[:k] + order[k + 1 :]
                 trial.insert(target, i)
-                peak = p.peak(trial)
+                peak = life.peak(*life.of(trial))
                 if peak < best:
                     order, best, improved = trial, peak, True
                     break

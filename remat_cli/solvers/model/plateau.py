@@ -6,7 +6,7 @@ proven-optimal peak of 134.2 MB, yet no placement heuristic nor 20 s of CP-SAT b
 below 138.9 MB (3.5% above). This walk moves one operator at a time (half of the time one that creates or reads a
 tensor at the arena's top, `Lifetimes.on_top`) to a random position inside its precedence
 window, and keeps the move when the greedy arena of the new order
-(best fit by size, `memory_plan.best_fit_arrays`) does not grow; moves whose fragmentation-free peak
+(best fit by size, `Lifetimes.greedy`) does not grow; moves whose fragmentation-free peak
 is above the current arena are rejected without placing (no arena can be below the peak).
 Equal arenas are accepted, so the walk drifts along the plateau of orders the order stage left.
 On that VGG-11 step it reached 134.23 MB (0.01% above the peak) in 919 moves.
@@ -21,52 +21,7 @@ import time
 
 import numpy as np
 
-from remat_cli.memory_plan import best_fit_arrays
-from remat_cli.solvers.model.lifetimes import Problem
-
-
-class Lifetimes:
-    """Every tensor's steps [start, end) under an order, vectorised (one operator per step, as in
-    `lifetimes.Problem.lifetime`: the same overlaps as the schedule's buffers)."""
-
-    def __init__(self, p: Problem):
-        n = len(p)
-        self.n = n
-        self.src = np.array([t.src for t in p.tensors], dtype=np.int64)
-        width = max((len(t.sinks) for t in p.tensors), default=0)
-        # readers padded with the producer itself: a tensor nobody reads ends right after it
-        self.readers = np.array(
-            [list(t.sinks) + [t.src] * (width + 1 - len(t.sinks)) for t in p.tensors], dtype=np.int64
-        ).reshape(len(p.tensors), width + 1)
-        self.to_end = np.array([t.to_end for t in p.tensors], dtype=bool)
-        self.size = np.array([t.size for t in p.tensors], dtype=np.int64)
-        self.by_size = np.lexsort((self.src, -self.size))  # placement order: larger first
-
-    def of(self, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        pos = np.empty(self.n, dtype=np.int64)
-        pos[np.asarray(order, dtype=np.int64)] = np.arange(self.n)
-        start = pos[self.src]
-        end = np.where(self.to_end, self.n, pos[self.readers].max(axis=1) + 1)
-        return start, end
-
-    def peak(self, start: np.ndarray, end: np.ndarray) -> int:
-        delta = np.zeros(self.n + 1, dtype=np.int64)
-        np.add.at(delta, start, self.size)
-        np.add.at(delta, end, -self.size)
-        return int(np.cumsum(delta).max()) if self.n else 0
-
-    def greedy(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Offsets by best fit in decreasing size (ties: earlier producer)."""
-        return best_fit_arrays(start, end, self.size, self.by_size.tolist())
-
-    def arena(self, offsets: np.ndarray) -> int:
-        return int((offsets + self.size).max()) if len(offsets) else 0
-
-    def on_top(self, offsets: np.ndarray, arena: int) -> np.ndarray:
-        """The operators creating or reading a tensor that reaches the arena's top: moving them
-        shortens or shifts what sets the arena."""
-        top = np.nonzero(offsets + self.size == arena)[0]
-        return np.unique(np.concatenate([self.src[top], self.readers[top].ravel()]))
+from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
 
 
 def plateau_walk(

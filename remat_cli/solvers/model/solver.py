@@ -29,8 +29,9 @@ the fragmentation-free peak at once. Measured (bench/model.py, loaded 2-core mac
 order fixed, CP-SAT proved torch_mlp_train's arena optimal in 0.45 s where the MILP on HiGHS
 had not improved the greedy start after 20 s (see `addresses.py`).
 
-Status "optimal" means the arena equals a proven lower bound (the order-only CP-SAT bound, or
-the joint model's own). `--fixed-order` keeps the program order (addresses only; the bound is
+Status "optimal" means the arena equals a proven lower bound (`bound.py`'s cuts, the order-only
+CP-SAT bound, or the joint model's own); `--gap` (default 1e-4) ends the search earlier, with
+status "feasible" and the gap in the message. `--fixed-order` keeps the program order (addresses only; the bound is
 that order's peak); `--order-only` returns the best order with its ideal, fragmentation-free
 peak as the objective and no plan. Resident values (inputs, parameters) are outside the arena;
 the objective and bound are resident bytes + arena, comparable with the budget.

@@ -62,15 +62,17 @@ def _clone_rebuilt(s: F.State) -> F.State:
     return c
 
 
+@pytest.mark.parametrize("chain", [0, 6])
 @pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
-def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: bool) -> None:
+def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: bool, chain: int) -> None:
     """After every SA iteration (accepted or undone) the tree root, the cost and the production
-    and use lists equal a rebuild from the sequence alone; decoded, the simulator agrees."""
+    and use lists equal a rebuild from the sequence alone; decoded, the simulator agrees. With
+    ``chain`` an add recomputes some of its inputs with it, and is undone as a whole."""
     g = GRAPHS[graph_name]
     nv = g.node_view
     prob = F.group_nodes(nv) if grouped else F.original_problem(nv)
-    s = F.State(prob, np.arange(prob.size), seed=3, log_cap=8, lse=graph_name == "unet")
+    s = F.State(prob, np.arange(prob.size), seed=3, log_cap=chain + 8, lse=graph_name == "unet")
     budget = 0.7 * baseline(g).peak_memory
     f0 = K.objective(float(s.peak), s.cost, budget, K.OBJ_ELU, 100.0, 1.0)
     checked = 0
@@ -78,8 +80,9 @@ def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: b
         s.istate[K.I_LOG_LEN] = 0
         s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
         h = f0 * (1.0 if i < 150 else 1e-4)  # hot: mostly accepted; cold: mostly undone
+        local = 0.5 * (i % 3)
         K.sa_chunk(
-            s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, 0.5 * (i % 3), 100.0, 1.0
+            s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, local, 100.0, 1.0, chain
         )
         c = _clone_rebuilt(s)
         assert s.peak == c.peak and s.cost == pytest.approx(c.cost, abs=1e-6)

@@ -131,7 +131,7 @@ class FastSA(Solver):
             "would keep alive, recursively, as one mutation, and a remove the computations it leaves "
             "unused (0: the single-node mutations of §2.2)",
             low=0,
-            high=1000,
+            high=64,
         ),
         Param(
             "rescue",

@@ -381,7 +381,7 @@ def _plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.n
     §2.2 has to cross a long uphill or neutral walk per chain, and on a peak plateau several
     chains at once. Here each such dead, recomputable input q of a node of the chain is planned
     at the latest nop slot below the chain so far (so every planned node precedes its consumers),
-    depth first, until ``max_extra`` nodes are planned or every input is live or resident. The
+    breadth first, until ``max_extra`` nodes are planned or every input is live or resident. The
     plan is ``ch_n[:k]``, ``ch_t[:k]`` with strictly decreasing slots; it is applied in
     increasing slot order, each add checked by the §2.2 conditions, and accepted or undone as
     one mutation (the acceptance rule is unchanged). Returns k.

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_cli import generators as G
-from remat_cli.graph import Graph
+from remat_cli.graph import Graph, Node, Value
 from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
@@ -62,15 +62,17 @@ def _clone_rebuilt(s: F.State) -> F.State:
     return c
 
 
+@pytest.mark.parametrize("chain", [0, 6])
 @pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
-def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: bool) -> None:
+def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: bool, chain: int) -> None:
     """After every SA iteration (accepted or undone) the tree root, the cost and the production
-    and use lists equal a rebuild from the sequence alone; decoded, the simulator agrees."""
+    and use lists equal a rebuild from the sequence alone; decoded, the simulator agrees. With
+    ``chain`` an add recomputes some of its inputs with it, and is undone as a whole."""
     g = GRAPHS[graph_name]
     nv = g.node_view
     prob = F.group_nodes(nv) if grouped else F.original_problem(nv)
-    s = F.State(prob, np.arange(prob.size), seed=3, log_cap=8, lse=graph_name == "unet")
+    s = F.State(prob, np.arange(prob.size), seed=3, log_cap=chain + 8, lse=graph_name == "unet")
     budget = 0.7 * baseline(g).peak_memory
     f0 = K.objective(float(s.peak), s.cost, budget, K.OBJ_ELU, 100.0, 1.0)
     checked = 0
@@ -78,8 +80,9 @@ def test_incremental_state_equals_full_recomputation(graph_name: str, grouped: b
         s.istate[K.I_LOG_LEN] = 0
         s.fstate[[K.F_BEST_FEAS_COST, K.F_BEST_PEAK, K.F_BEST_PEAK_COST, K.F_BEST_FEAS_PEAK]] = np.inf
         h = f0 * (1.0 if i < 150 else 1e-4)  # hot: mostly accepted; cold: mostly undone
+        local = 0.5 * (i % 3)
         K.sa_chunk(
-            s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, 0.5 * (i % 3), 100.0, 1.0
+            s.kt, s.st, 1, budget, 0.0, 1e-9, K.OBJ_ELU, h, 1.0, 0.4, 0.3, False, local, 100.0, 1.0, chain
         )
         c = _clone_rebuilt(s)
         assert s.peak == c.peak and s.cost == pytest.approx(c.cost, abs=1e-6)
@@ -265,3 +268,50 @@ def test_greedy_start_never_ends_above_greedy() -> None:
     sim = simulate(g, sched.steps)
     assert sim.peak_memory <= budget
     assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9
+
+
+def _mlp_training_graph(layers: int, size: int = 4000) -> Graph:
+    """An MLP training step with the small ops of a PyTorch ONNX export (torch_mlp_train.onnx):
+    Gemm and Relu per layer forward; Greater, Cast, Mul, Transpose and two MatMuls per layer
+    backward, so that each activation a backward op needs is recomputed through a chain of them."""
+    values = [Value(id="x", size=size, role="input")]
+    nodes: list[Node] = []
+
+    def node(op: str, name: str, ins: list[str], out_size: int, cost: float, phase: str) -> None:
+        values.append(Value(id=name, size=out_size))
+        nodes.append(Node(id=name, op=op, inputs=ins, outputs=[name], cost=cost, phase=phase))
+
+    prev = "x"
+    for k in range(layers):
+        values.append(Value(id=f"w{k}", size=size // 16, role="parameter"))
+        node("Gemm", f"gemm{k}", [prev, f"w{k}"], size, 100.0, "forward")
+        node("Relu", f"relu{k}", [f"gemm{k}"], size, 1.0, "forward")
+        prev = f"relu{k}"
+    node("ReduceSum", "loss", [prev], 4, 1.0, "loss")
+    grad, outputs = "loss", ["loss"]
+    for k in reversed(range(layers)):
+        node("Greater", f"gt{k}", [f"relu{k}"], size // 4, 1.0, "backward")
+        node("Cast", f"cast{k}", [f"gt{k}"], size, 1.0, "backward")
+        node("Mul", f"mul{k}", [grad, f"cast{k}"], size, 1.0, "backward")
+        node("Transpose", f"tr{k}", [f"mul{k}"], size, 1.0, "backward")
+        node("MatMul", f"dw{k}", [f"tr{k}", f"relu{k - 1}" if k else "x"], size // 16, 100.0, "backward")
+        outputs.append(f"dw{k}")
+        if k:
+            node("MatMul", f"dx{k}", [f"mul{k}", f"w{k}"], size, 100.0, "backward")
+            grad = f"dx{k}"
+    return Graph(name=f"mlp_train_{layers}", values=values, nodes=nodes, outputs=outputs, cost_unit="units")
+
+
+@pytest.mark.parametrize("layers", [6, 8])
+def test_tight_budget_met_by_the_annealing_itself(layers: int) -> None:
+    """Issue 18: on an ONNX-style MLP training graph at 70% the single-node mutations of §2.2
+    stay on a plateau above the budget whatever the budget (0.76 and 0.72 of the baseline peak
+    here, torch_mlp_train at 50%: 0.63); with the recomputation chains and the soft peak of the
+    tight part of stage 1 the SA alone (no greedy start, no rescue) meets it."""
+    g = _mlp_training_graph(layers)
+    budget = int(0.7 * baseline(g).peak_memory)
+    params = {"iterations": 600_000, "iterations2": 60_000, "greedy_start": False, "rescue": False}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None and sched.solver.status == "feasible"
+    assert simulate(g, sched.steps).peak_memory <= budget
+    assert "recomputation chains" in (res.message or "")

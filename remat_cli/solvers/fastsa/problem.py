@@ -184,6 +184,13 @@ class State:
         self.lse = lse
         self.respread(np.asarray(order, dtype=np.int64))
 
+    def set_lse(self, lse: bool) -> None:
+        """Keep the logaddexp tree of App. C.2 beside the max tree (or drop it) from now on."""
+        if lse != self.lse:
+            self.lse = lse
+            self.lz = np.zeros(4 * self.T if lse else 0, dtype=np.float64)
+            K.rebuild(self.kt, self.st)
+
     def respread(self, order: np.ndarray) -> None:
         """Lay ``order`` out evenly (App. D.4) in T >= SPACING·len slots and rebuild everything."""
         T = 64

@@ -19,7 +19,9 @@ from remat_cli.solvers.fastsa.kernel.mutations import (
     _end,
     _inputs_ready,
     _move,
+    _plan_chain,
     _remove,
+    _remove_chain,
 )
 from remat_cli.solvers.fastsa.kernel.structures import (
     ADD,
@@ -103,7 +105,7 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 @jit
 def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: float, mode: int,
              h: float, h_ratio: float, p_add: float, p_remove: float, stop_at_budget: bool,
-             local: float, sharp: float, over: float) -> int:  # fmt: skip
+             local: float, sharp: float, over: float, chain: int = 0) -> int:  # fmt: skip
     """Run up to n_iters SA iterations from the current state; returns the number run.
 
     Each iteration draws one mutation of §2.2 (add with probability p_add, remove with p_remove,
@@ -120,6 +122,14 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     is exactly the window where the §2.2 conditions can hold. Every accepted change is journalled (log_t,
     log_n) and the journal positions of the best feasible state (least cost with M <= budget,
     then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
+
+    ``chain`` > 0 (a deviation from §2.2, see :func:`~.mutations._plan_chain`): half of the adds
+    also recompute, just before them, up to a number drawn uniformly from [1, chain] of the inputs
+    they would otherwise keep alive (and theirs, recursively), and half of the removes also
+    remove up to that many input computations left without a use (its inverse,
+    :func:`~.mutations._remove_chain`, so that a chain taken in one move can be given back in
+    one); the chain is one mutation, accepted or undone as a whole, and journalled as one entry
+    per node (the journal must hold (chain + 2) entries per iteration).
     """
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
@@ -130,6 +140,9 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     t1 = 0
     t2 = 0
     kind = ADD
+    ch_n = np.empty(chain + 1, dtype=np.int64)
+    ch_t = np.empty(chain + 1, dtype=np.int64)
+    nch = 0
     m_exact, m_obj = _peak(tz, lz, resident, lscale)
     f = objective(m_obj, fstate[F_COST] + c_floor, budget, mode, sharp, over)
     it = 0
@@ -156,6 +169,23 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 t = np.int64(r & np.uint64(mask))
             if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not _inputs_ready(n, t, NI, PU, pred_idx):
                 continue
+            nch = 0
+            if chain > 0 and _unit(_rand(rng)) < 0.5:
+                k_max = 1 + _below(_rand(rng), chain)
+                nch = _plan_chain(n, t, k_max, T, NI, PU, pred_idx, NX, seq, ch_n, ch_t)
+            done = 0
+            for i in range(nch - 1, -1, -1):  # increasing slots: inputs before their consumers
+                m = ch_n[i]
+                if NI[m, NP] + 1 >= NX[m, PCAP] or not _inputs_ready(m, ch_t[i], NI, PU, pred_idx):
+                    break
+                _add(m, ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
+                     istate)  # fmt: skip
+                done += 1
+            if done < nch:
+                for i in range(nch - done, nch):
+                    _remove(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                            lz, fstate, istate)  # fmt: skip
+                continue
             _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         elif u < p_add + p_remove:
             kind = REMOVE
@@ -166,6 +196,11 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             if not (NI[n, FL] & ADDREM) or not _can_remove(n, t, T, NI, PU):
                 continue
             _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            nch = 0
+            if chain > 0 and _unit(_rand(rng)) < 0.5:
+                k_max = 1 + _below(_rand(rng), chain)
+                nch = _remove_chain(n, t, k_max, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos,
+                                    tz, lz, fstate, istate, ch_n, ch_t)  # fmt: skip
         else:
             kind = ROTATE
             if nocc == 0:
@@ -202,6 +237,10 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             istate[I_ACCEPTED] += 1
             ll = istate[I_LOG_LEN]
             if kind == ADD:
+                for i in range(nch - 1, -1, -1):
+                    log_t[ll] = ch_t[i]
+                    log_n[ll] = ch_n[i]
+                    ll += 1
                 log_t[ll] = t
                 log_n[ll] = n
                 ll += 1
@@ -209,6 +248,10 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 log_t[ll] = t
                 log_n[ll] = NOP
                 ll += 1
+                for i in range(nch):
+                    log_t[ll] = ch_t[i]
+                    log_n[ll] = NOP
+                    ll += 1
             else:
                 log_t[ll] = t2
                 log_n[ll] = n
@@ -237,7 +280,13 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
                 _remove(
                     n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
                 )
+                for i in range(nch):  # decreasing slots: consumers before their inputs
+                    _remove(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                            lz, fstate, istate)  # fmt: skip
             elif kind == REMOVE:
+                for i in range(nch - 1, -1, -1):  # the exact reverse of the removals
+                    _add(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
+                         fstate, istate)  # fmt: skip
                 _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
             else:
                 _move(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from remat_cli.solvers.fastsa.kernel.structures import (
+    ADDREM,
     F_COST,
     FL,
     I_NOCC,
@@ -22,6 +23,7 @@ from remat_cli.solvers.fastsa.kernel.structures import (
     NP,
     NU,
     PB,
+    PCAP,
     PE,
     PS,
     UB,
@@ -359,3 +361,110 @@ def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, 
     if t2 < nxt:
         nxt = t2
     return _no_use_between(n, t1, nxt, NI, PU)
+
+
+# ---------------------------------------------------------------------------------------------
+# recomputation chains (a deviation from §2.2, issue 18)
+
+
+@jit
+def _plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.ndarray,
+                pred_idx: np.ndarray, NX: np.ndarray, seq: np.ndarray, ch_n: np.ndarray,
+                ch_t: np.ndarray) -> int:  # fmt: skip
+    """Plan the recomputation of the inputs an add of n at t would otherwise keep alive.
+
+    An add of n at t extends every input whose block is freed before t (its interval of §2.2.1
+    ends before t) up to t. On ONNX training graphs the inputs of a backward op are recomputed
+    through chains of many small ops (Gemm -> Relu -> Gemm ..., Conv -> BatchNorm -> Relu), and
+    a chain only lowers the peak once it is complete: every single add on the way only moves
+    the block it recomputes onto its input, at the same memory and a higher cost, so the SA of
+    §2.2 has to cross a long uphill or neutral walk per chain, and on a peak plateau several
+    chains at once. Here each such dead, recomputable input q of a node of the chain is planned
+    at the latest nop slot below the chain so far (so every planned node precedes its consumers),
+    breadth first, until ``max_extra`` nodes are planned or every input is live or resident. The
+    plan is ``ch_n[:k]``, ``ch_t[:k]`` with strictly decreasing slots; it is applied in
+    increasing slot order, each add checked by the §2.2 conditions, and accepted or undone as
+    one mutation (the acceptance rule is unchanged). Returns k.
+    """
+    k = 0
+    cursor = t
+    head = 0  # ch_n[head:k] are planned but their inputs not yet examined; (n, t) first
+    m = n
+    s = t
+    while True:
+        for i in range(NI[m, PS], NI[m, PE]):
+            if k >= max_extra:
+                return k
+            q = pred_idx[i]
+            if not (NI[q, FL] & ADDREM):
+                continue
+            qb = NI[q, PB]
+            j = _lower(PU, qb, qb + NI[q, NP], s) - qb - 1
+            if j < 0:
+                continue  # not produced before s: the add is invalid anyway
+            if _end(q, j, NI, PU, T) >= s:
+                continue  # live at s
+            planned = False
+            copies = 0
+            for r in range(k):
+                if ch_n[r] == q:
+                    copies += 1
+                    if ch_t[r] < s:
+                        planned = True
+            if planned or NI[q, NP] + copies + 1 >= NX[q, PCAP]:
+                continue
+            lo = PU[qb + j]
+            z = cursor - 1
+            while z > lo and seq[z] != NOP:
+                z -= 1
+            if z <= lo:
+                continue
+            ch_n[k] = q
+            ch_t[k] = z
+            k += 1
+            cursor = z
+        if head >= k:
+            return k
+        m = ch_n[head]
+        s = ch_t[head]
+        head += 1
+
+
+@jit
+def _remove_chain(n: int, t: int, max_extra: int, T: int, S: int, lscale: float, NI: np.ndarray,
+                  PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray,
+                  occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+                  istate: np.ndarray, ch_n: np.ndarray, ch_t: np.ndarray) -> int:  # fmt: skip
+    """After n was removed from t: remove the computations of its inputs that no longer have a use
+    (the production before t of a recomputable input, not its only one, whose interval of §2.2.1
+    is now [p, p]), then theirs, up to ``max_extra``; the inverse of an add with its chain (see
+    :func:`_plan_chain`). Each removal is applied at once (``ch_n[:k]``, ``ch_t[:k]`` in order,
+    undone in the reverse order by ``_add``). Returns k."""
+    k = 0
+    head = 0
+    m = n
+    s = t
+    while True:
+        for i in range(NI[m, PS], NI[m, PE]):
+            if k >= max_extra:
+                return k
+            q = pred_idx[i]
+            npq = NI[q, NP]
+            if not (NI[q, FL] & ADDREM) or npq < 2:
+                continue
+            qb = NI[q, PB]
+            j = _lower(PU, qb, qb + npq, s) - qb - 1
+            if j < 0:
+                continue
+            p = PU[qb + j]
+            if _end(q, j, NI, PU, T) != p or not _can_remove(q, p, T, NI, PU):
+                continue  # still used (a kept output's last production ends at T - 1)
+            _remove(q, p, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            ch_n[k] = q
+            ch_t[k] = p
+            k += 1
+        if head >= k:
+            return k
+        m = ch_n[head]
+        s = ch_t[head]
+        head += 1

@@ -42,22 +42,18 @@ import time
 import numpy as np
 from ortools.graph.python import max_flow
 
-from remat_cli.solvers.model.lifetimes import Problem
+from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
 
 
 def live_profile(p: Problem, order: list[int]) -> np.ndarray:
     """Resident bytes at each operator (indexed by operator, not step) when `order` runs."""
-    n = len(order)
-    pos = [0] * n
-    for s, i in enumerate(order):
-        pos[i] = s
-    delta = np.zeros(n + 1, dtype=np.int64)
-    for t in p.tensors:
-        a, b = p.lifetime(t, pos)
-        delta[a] += t.size
-        delta[b + 1] -= t.size
-    by_step = np.cumsum(delta)[:n]
-    return by_step[np.array(pos, dtype=np.int64)] if n else by_step
+    life = Lifetimes(p)
+    start, end = life.of(order)
+    delta = np.zeros(len(order) + 1, dtype=np.int64)
+    np.add.at(delta, start, life.size)
+    np.add.at(delta, end, -life.size)
+    by_step = np.cumsum(delta)[: len(order)]
+    return by_step[np.asarray(order, dtype=np.int64).argsort()]
 
 
 class CutNetwork:

@@ -275,6 +275,12 @@ class FastSA(Solver):
             expand(base_prob, state2.order()),
         ]
         polished = [run.polish(base_prob, c) for c in candidates if c is not None]
+        if rescued:
+            # the stage-2 start itself, unpolished (greedy's or the hint's schedule, within the
+            # budget to the simulator): the kernel folds a node's outputs into one block and may
+            # see it above the budget, so neither stage 2 nor polish (which may then raise the
+            # simulated peak up to the kernel's) keeps it
+            polished.append(expand(base_prob, np.array(order2_base, dtype=np.int64)))
         chosen = run.choose(polished)
         steps, peak, cost = chosen
         msg = f"{run.iterations} iterations{capped}{rescued}"

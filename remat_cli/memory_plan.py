@@ -86,7 +86,7 @@ def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
         lambda i: (buffers[i].start, -buffers[i].size),
     ):
         offsets = best_fit(buffers, sorted(range(len(buffers)), key=key), alignment)
-        arena = _top(buffers, offsets, alignment)
+        arena = arena_of(buffers, offsets, alignment)
         if best is None or arena < best_arena:
             best, best_arena = offsets, arena
     return best or []
@@ -108,7 +108,7 @@ def perturbed_offsets(
     offsets are given (placed first, never moved). Stops at `deadline` (time.monotonic())."""
     rng = np.random.default_rng(seed)
     size = np.array([align(b.size, alignment) for b in buffers], dtype=np.float64)
-    best, best_arena = list(start), _top(buffers, start, alignment)
+    best, best_arena = list(start), arena_of(buffers, start, alignment)
     free = [i for i in range(len(buffers)) if not fixed or i not in fixed]
     for _ in range(count):
         if deadline is not None and time.monotonic() > deadline:
@@ -116,13 +116,14 @@ def perturbed_offsets(
         key = -size[free] * np.exp(rng.normal(0.0, 0.5, len(free)))
         order = [free[k] for k in np.argsort(key, kind="stable")]
         offsets = best_fit(buffers, order, alignment, fixed)
-        arena = _top(buffers, offsets, alignment)
+        arena = arena_of(buffers, offsets, alignment)
         if arena < best_arena:
             best, best_arena = offsets, arena
     return best
 
 
-def _top(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) -> int:
+def arena_of(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int = 1) -> int:
+    """The arena `buffers` placed at `offsets` need: the top of the highest (aligned) one."""
     return max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
 
 

@@ -36,7 +36,15 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from remat_cli import milp
-from remat_cli.memory_plan import Buffer, align, arena_peak, best_fit, greedy_offsets, perturbed_offsets
+from remat_cli.memory_plan import (
+    Buffer,
+    align,
+    arena_of,
+    arena_peak,
+    best_fit,
+    greedy_offsets,
+    perturbed_offsets,
+)
 from remat_cli.solvers.model import cpsat
 
 ENGINES = ("cp-sat", "milp")
@@ -59,7 +67,7 @@ def place(
     arena is within `gap` (a fraction) of the bound."""
     deadline = time.monotonic() + max(0.0, time_limit)
     offsets = greedy_offsets(buffers, alignment)
-    arena = _arena(buffers, offsets, alignment)
+    arena = arena_of(buffers, offsets, alignment)
     bound = arena_peak(buffers, alignment)
 
     def settled() -> bool:
@@ -68,12 +76,12 @@ def place(
     if time_limit <= 0 or settled():
         return offsets, arena, bound, arena <= bound
     offsets = perturbed_offsets(buffers, alignment, offsets, RESTARTS, seed, deadline - 0.8 * time_limit)
-    arena = _arena(buffers, offsets, alignment)
+    arena = arena_of(buffers, offsets, alignment)
     if engine == "cp-sat" and not settled():
         share = 0.3 * (deadline - time.monotonic())
         tiered = _big_first(buffers, alignment, bound, share, workers, seed)
-        if tiered is not None and _arena(buffers, tiered, alignment) < arena:
-            offsets, arena = tiered, _arena(buffers, tiered, alignment)
+        if tiered is not None and (tiered_arena := arena_of(buffers, tiered, alignment)) < arena:
+            offsets, arena = tiered, tiered_arena
     if settled():
         return offsets, arena, bound, arena <= bound
     left = deadline - time.monotonic()
@@ -82,7 +90,7 @@ def place(
     if got is None:
         return offsets, arena, bound, False
     new, new_bound, proven = got
-    new_arena = _arena(buffers, new, alignment)
+    new_arena = arena_of(buffers, new, alignment)
     if new_arena < arena:
         offsets, arena = new, new_arena
     bound = max(bound, new_bound)
@@ -103,7 +111,7 @@ def _big_first(
         sub,
         alignment,
         start,
-        _arena(sub, start, alignment),
+        arena_of(sub, start, alignment),
         arena_peak(sub, alignment),
         time_limit,
         workers,
@@ -116,10 +124,6 @@ def _big_first(
     small = sorted((i for i in range(len(buffers)) if i not in fixed), key=lambda i: -buffers[i].size)
     first = best_fit(buffers, small, alignment, fixed)
     return perturbed_offsets(buffers, alignment, first, RESTARTS // 6, seed, fixed=fixed)
-
-
-def _arena(buffers: Sequence[Buffer], offsets: Sequence[int], alignment: int) -> int:
-    return max((o + align(b.size, alignment) for o, b in zip(offsets, buffers, strict=True)), default=0)
 
 
 @dataclass(frozen=True)

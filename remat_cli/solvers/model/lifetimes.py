@@ -101,19 +101,17 @@ class Problem:
         ]
 
     def _key(self, t: Tensor) -> tuple[str | None, str]:
+        """What names a tensor and its buffer alike: the value, or the workspace's node."""
         return t.value, self.ops[t.src] if t.value is None else ""
 
     def by_buffer(self, tensor_offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
         """Offsets per tensor (of `tensors`) as offsets per buffer of the schedule (`buffers_of`)."""
         at = {self._key(t): o for t, o in zip(self.tensors, tensor_offsets, strict=True)}
-        return [at[(b.value, b.node if b.value is None else "")] for b in buffers]
+        return [at[_buffer_key(b)] for b in buffers]
 
     def by_tensor(self, buffer_offsets: Sequence[int], buffers: Sequence[Buffer]) -> list[int]:
         """The inverse of `by_buffer` (0 for a tensor without a buffer)."""
-        at = {
-            (b.value, b.node if b.value is None else ""): o
-            for b, o in zip(buffers, buffer_offsets, strict=True)
-        }
+        at = {_buffer_key(b): o for b, o in zip(buffers, buffer_offsets, strict=True)}
         return [at.get(self._key(t), 0) for t in self.tensors]
 
     def lifetime(self, t: Tensor, pos: list[int]) -> tuple[int, int]:
@@ -138,6 +136,10 @@ class Problem:
             cur += d
             best = max(best, cur)
         return best
+
+
+def _buffer_key(b: Buffer) -> tuple[str | None, str]:
+    return b.value, b.node if b.value is None else ""
 
 
 class Lifetimes:

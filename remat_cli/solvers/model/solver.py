@@ -43,7 +43,7 @@ import time
 from typing import ClassVar
 
 from remat_cli.graph import Graph
-from remat_cli.memory_plan import Buffer, align, arena_peak, buffers_of, greedy_offsets, make_plan
+from remat_cli.memory_plan import Buffer, align, arena_of, arena_peak, buffers_of, greedy_offsets, make_plan
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.model.addresses import ENGINES, place
@@ -170,7 +170,7 @@ class Model(Solver):
                 if tensor_offsets is None
                 else p.by_buffer(tensor_offsets, bufs)
             )
-            arena = max((o + align(b.size, alignment) for o, b in zip(offs, bufs, strict=True)), default=0)
+            arena = arena_of(bufs, offs, alignment)
             if best is None or arena < best[0]:
                 best = (arena, order, bufs, offs)
 

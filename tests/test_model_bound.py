@@ -20,7 +20,7 @@ from remat_cli.schedule import steps_from_sequence
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import Problem
 from remat_cli.solvers.model.ordering import cut_descent, improve_order
-from remat_cli.solvers.model.plateau import Lifetimes, plateau_walk
+from remat_cli.solvers.model.plateau import plateau_walk
 
 
 def orders(p: Problem) -> list[list[int]]:
@@ -116,7 +116,7 @@ def test_plateau_walk_gives_valid_plans_and_tighter_arenas() -> None:
         g = generators.random_layered(60, seed=seed)
         p = Problem(g, 64)
         order = list(range(len(p)))
-        life = Lifetimes(p)
+        life = p.lives
         before = life.arena(life.greedy(*life.of(order)))
         walked, offsets = plateau_walk(p, order, 0, time.monotonic() + 60, seed=0, patience=300)
         steps = steps_from_sequence(g, [p.ops[i] for i in walked])

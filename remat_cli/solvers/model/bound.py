@@ -42,12 +42,12 @@ import time
 import numpy as np
 from ortools.graph.python import max_flow
 
-from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
+from remat_cli.solvers.model.lifetimes import Problem
 
 
 def live_profile(p: Problem, order: list[int]) -> np.ndarray:
     """Resident bytes at each operator (indexed by operator, not step) when `order` runs."""
-    life = Lifetimes(p)
+    life = p.lives
     start, end = life.of(order)
     delta = np.zeros(len(order) + 1, dtype=np.int64)
     np.add.at(delta, start, life.size)

@@ -114,28 +114,14 @@ class Problem:
         at = {_buffer_key(b): o for b, o in zip(buffers, buffer_offsets, strict=True)}
         return [at.get(self._key(t), 0) for t in self.tensors]
 
-    def lifetime(self, t: Tensor, pos: list[int]) -> tuple[int, int]:
-        """[first, last] step at which tensor `t` is resident under the order `pos`."""
-        start = pos[t.src]
-        if t.to_end:
-            return start, len(self.ops) - 1
-        return start, max([start, *(pos[s] for s in t.sinks)])
+    @cached_property
+    def lives(self) -> Lifetimes:
+        """The vectorised lifetimes of the tensors, for scoring many orders."""
+        return Lifetimes(self)
 
     def peak(self, order: list[int]) -> int:
         """Largest sum of resident tensor sizes at one step (fragmentation-free), for `order`."""
-        pos = [0] * len(order)
-        for s, i in enumerate(order):
-            pos[i] = s
-        delta = [0] * (len(order) + 1)
-        for t in self.tensors:
-            a, b = self.lifetime(t, pos)
-            delta[a] += t.size
-            delta[b + 1] -= t.size
-        best = cur = 0
-        for d in delta:
-            cur += d
-            best = max(best, cur)
-        return best
+        return self.lives.peak(*self.lives.of(order))
 
 
 def _buffer_key(b: Buffer) -> tuple[str | None, str]:
@@ -143,8 +129,9 @@ def _buffer_key(b: Buffer) -> tuple[str | None, str]:
 
 
 class Lifetimes:
-    """Every tensor's steps [start, end) under an order, vectorised (one operator per step, as in
-    `lifetimes.Problem.lifetime`: the same overlaps as the schedule's buffers)."""
+    """Every tensor's steps [start, end) under an order, vectorised: one operator per step, a
+    tensor created at its producer's step and kept through its last reader's (to the end for a
+    graph output), so the same overlaps as the schedule's buffers."""
 
     def __init__(self, p: Problem):
         n = len(p)

@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 
 from remat_cli.solvers.model import cpsat
 from remat_cli.solvers.model.bound import CutNetwork, live_profile
-from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
+from remat_cli.solvers.model.lifetimes import Problem
 
 
 @dataclass
@@ -100,7 +100,7 @@ def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
     successor allows (it allocates more than it frees) or as early as its last predecessor
     allows, keep the move when the peak drops; sweeps until none helps or `deadline`
     (time.monotonic()). A warm start for the exact model, not part of the paper."""
-    life = Lifetimes(p)
+    life = p.lives
     best = p.peak(order)
     improved = True
     while improved and time.monotonic() < deadline:

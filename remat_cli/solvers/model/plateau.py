@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from remat_cli.solvers.model.lifetimes import Lifetimes, Problem
+from remat_cli.solvers.model.lifetimes import Problem
 
 
 def plateau_walk(
@@ -31,7 +31,7 @@ def plateau_walk(
     """An order whose greedy arena is at most `order`'s (module docstring), and that placement
     (offsets per tensor of `p.tensors`); stops at `bound`."""
     n = len(order)
-    life = Lifetimes(p)
+    life = p.lives
     if n < 2:
         return order, life.greedy(*life.of(order)).tolist()
     patience = 20 * n if patience is None else patience

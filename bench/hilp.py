@@ -53,6 +53,8 @@ def graphs() -> dict[str, tuple[Graph, float]]:
         "transformer_l40": (G.transformer(layers=40, seed=0), 600),
         "transformer_l83": (G.transformer(layers=83, seed=0), 600),
         "transformer_l125": (G.transformer(layers=125, seed=0), 600),
+        # issue 18 item 4: 5,019 nodes within 30 minutes (HiREmate: 5,851 nodes in 147 min)
+        "transformer_l209": (G.transformer(layers=209, seed=0), 1800),
     }
     # the ONNX training graphs of the runtime issue (phase from the importer, no grad_of)
     for name in ("torch_mlp_train", "torch_resnet_train", "torch_transformer_train", "torch_unet_train"):

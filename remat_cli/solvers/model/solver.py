@@ -21,7 +21,8 @@ recomputation, in three stages sharing the time limit:
    ``AddNoOverlap2D``). Each step is skipped once the arena is within --gap of the bound, and
    the heuristics and the walk stop on counts of fruitless tries, not on shares of the time
    limit: on the shipped ResNet step and the exported transformer and VGG-11 steps (b32) the
-   solve went from 19.2, 15.4 and 13.8 s to 8.2, 1.2 and 7.9 s (one core), arenas no larger.
+   solve went from 18.4, 15.7 and 13.5 s to 10.2, 1.8 and 9.1 s (back to back on one core of
+   the loaded 2-core machine, --workers 1, alignment 64), arenas no larger.
 3. §4.4 program (9) (`joint.py`): only when the arena is still above the bound, CP-SAT over
    order and addresses together, warm-started from stage 2.
 

@@ -128,6 +128,10 @@ def _buffer_key(b: Buffer) -> tuple[str | None, str]:
     return b.value, b.node if b.value is None else ""
 
 
+#: the tie-breaks of `Lifetimes.greedy`
+TIES = ("src", "start", "end")
+
+
 class Lifetimes:
     """Every tensor's steps [start, end) under an order, vectorised: one operator per step, a
     tensor created at its producer's step and kept through its last reader's (to the end for a
@@ -159,9 +163,17 @@ class Lifetimes:
         np.add.at(delta, end, -self.size)
         return int(np.cumsum(delta).max()) if self.n else 0
 
-    def greedy(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Offsets by best fit in decreasing size (ties: earlier producer)."""
-        return best_fit_arrays(start, end, self.size, self.by_size.tolist())
+    def greedy(self, start: np.ndarray, end: np.ndarray, ties: str = "src") -> np.ndarray:
+        """Offsets by best fit in decreasing size; equal sizes by `ties` (one of TIES): the
+        producer's place in program order (fixed, whatever the order), or the tensor's first
+        step, or its last step latest first, in the order scored (two of `greedy_offsets`' keys)."""
+        if ties == "start":
+            by = np.lexsort((start, -self.size))
+        elif ties == "end":
+            by = np.lexsort((-end, -self.size))
+        else:
+            by = self.by_size
+        return best_fit_arrays(start, end, self.size, by.tolist())
 
     def arena(self, offsets: np.ndarray) -> int:
         return int((offsets + self.size).max()) if len(offsets) else 0

@@ -47,6 +47,19 @@ How the pieces fit:
   largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
   compute nodes) is solved after the top, with half the top's nominal time (the overall
   deadline still holds), and the cheaper schedule counts.
+- **Flat start (issue 18).** A whole-graph solver (``flat_start``, fastsa by default) runs first,
+  within a quarter of the limit. Where its schedule is within budget, the refined top is cut
+  along it instead of where the memory is (:func:`follow`): a unit that schedule runs in
+  separate stretches, or in whose stretch it recomputes something, is replaced by its pieces,
+  pieces are cut around what it recomputes, and neighbouring pieces it runs once merge back
+  down to the cap. That instance reads the schedule phase by phase, so the schedule translates
+  into the H-ILP's variables (:func:`flat_hint`) and is its start; where the memory rows
+  (App. B.3's sub-step bounds) are stricter than the simulator on it, the instance is posed
+  under the budget the start needs and every result is checked by the simulator against the
+  real one. The refined top then goes first with the top's share of the time. On ONNX
+  training exports, where the hierarchy's own grouping held the H-ILP at 2-37x fastsa's
+  overhead, its own schedule is now no worse than that start; within 60 s on 2 cores the
+  engine did not improve on the start there (HiGHS does not finish the root of a 72-node top).
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
   (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
   process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one
@@ -63,8 +76,8 @@ from remat_cli.solvers.hilp.context import Ctx, grad_pairs, structural_pairs
 from remat_cli.solvers.hilp.model import build_instance, decode, flatten, hilp_model, trivial
 from remat_cli.solvers.hilp.solver import HILP, _Solve
 from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
-from remat_cli.solvers.hilp.units import Unit, atomic, canonical, measure, refine
-from remat_cli.solvers.hilp.warmstart import recompute_hint, sequential_hint, sequential_x
+from remat_cli.solvers.hilp.units import Unit, atomic, canonical, follow, measure, refine
+from remat_cli.solvers.hilp.warmstart import flat_hint, recompute_hint, sequential_hint, sequential_x
 
 __all__ = [
     "HILP",
@@ -75,7 +88,9 @@ __all__ = [
     "build_instance",
     "canonical",
     "decode",
+    "flat_hint",
     "flatten",
+    "follow",
     "grad_pairs",
     "hilp_model",
     "measure",

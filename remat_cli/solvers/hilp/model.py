@@ -50,9 +50,14 @@ class Instance:
     data: dict[str, int] = field(default_factory=dict)
 
 
-def build_instance(ctx: Ctx, units: list[Unit], with_loss: bool) -> Instance:
+def build_instance(
+    ctx: Ctx, units: list[Unit], with_loss: bool, order: dict[str, int] | None = None
+) -> Instance:
     """Compute nodes (F_j/B_j per layer, one per plain unit, the virtual loss when the instance
-    is a layer being solved for its options) and data nodes (values crossing between them)."""
+    is a layer being solved for its options) and data nodes (values crossing between them).
+    ``order`` (operator -> position in a whole-graph schedule) orders the compute nodes by
+    their last operator there (when the schedule has run all of it), so that the schedule reads as phases of this instance
+    (:func:`remat_cli.solvers.hilp.warmstart.flat_hint`)."""
     raw: list[Item] = []
     for ui, u in enumerate(units):
         if u.layer:
@@ -181,24 +186,31 @@ def build_instance(ctx: Ctx, units: list[Unit], with_loss: bool) -> Instance:
         # that the order runs early, e.g. ONNX's max-pool index arithmetic; by its first one
         # such a block would jump ahead and keep large gradients alive across it)
         it = raw[k]
+        if order is not None and it.kind != "loss":
+            u = units[it.unit]
+            return (
+                0,
+                max((order[n] for n in (u.bwd if it.kind == "B" else u.fwd) if n in order), default=0),
+                k,
+            )
         pos = [ctx.pos[n] for n in it.seqs[0]]
         at = (max(pos) if it.side == 2 else min(pos)) if pos else 0
         return (it.side, at, k)
 
     ready = [key(k) for k in range(n_items) if indeg[k] == 0]
     heapq.heapify(ready)
-    order: list[int] = []
+    ranked: list[int] = []
     while ready:
         *_, k = heapq.heappop(ready)
-        order.append(k)
+        ranked.append(k)
         for s in succ[k]:
             indeg[s] -= 1
             if indeg[s] == 0:
                 heapq.heappush(ready, key(s))
-    if len(order) != n_items:
+    if len(ranked) != n_items:
         raise AssertionError("H-ILP instance has a cyclic dependency between compute nodes")
-    new_index = {k: i for i, k in enumerate(order)}
-    items = [raw[k] for k in order]
+    new_index = {k: i for i, k in enumerate(ranked)}
+    items = [raw[k] for k in ranked]
     prod = [new_index[p] for p in prod]
     users = [sorted((new_index[k], o) for k, o in us) for us in users]
     for d, p in enumerate(prod):
@@ -463,6 +475,7 @@ def hilp_model(
     rows.flush(m)
     m.mem_rows = [(first + r, t, k) for r, t, k in mem_rows]  # type: ignore[attr-defined]
     m.mem_scale = g  # type: ignore[attr-defined]
+    m.mem_budget = float(B)  # type: ignore[attr-defined]
     m.var_maps = (R, P, Sp, C, D)  # type: ignore[attr-defined]
     return m, R
 

@@ -21,6 +21,7 @@ from remat_cli.solvers.hilp.units import (
     atomic,
     canonical,
     flat_option,
+    follow,
     measure,
     pareto,
     refine,
@@ -31,6 +32,8 @@ from remat_cli.solvers.hilp.units import (
 #: the refined top (units replaced by their pieces where the memory is) has at most this many
 #: times M^t compute nodes
 FINER_TOP = 3
+#: share of the time limit for the whole-graph solver of ``flat_start`` (at least 5 s)
+FLAT_SHARE = 0.25
 #: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
 TOP_OPTIONS = 6
 
@@ -90,11 +93,12 @@ class HILP(Solver):
         Param(
             "flat_start",
             str,
-            "",
-            "whole-graph solver (e.g. greedy) whose schedule gives every top-level layer one more "
-            "option and the top H-ILP its first start (empty: none; off by default: on the ONNX "
-            "training graphs at 70% it did not bring the H-ILP's own schedule near greedy's, "
-            "torch_unet_train 78% vs 29% without, torch_transformer_train 16% vs 18%)",
+            "fastsa",
+            "whole-graph solver run first (a quarter of the limit) whose schedule, within budget, "
+            "the refined top is cut along and starts from, and which gives every top-level layer "
+            "one more option (empty: none; issue 18: on the ONNX training graphs at 50% and 70% "
+            "the H-ILP's own schedule went from 2-37x fastsa's overhead to fastsa's at a quarter "
+            "of the time, e.g. torch_unet_train at 50% 310% -> 8.3%)",
         ),
         Param(
             "fallback",
@@ -110,12 +114,13 @@ class HILP(Solver):
         return (
             "Training graphs with phase/grad_of pair each subgraph's forward and backward into a "
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
-            "feasible, not proven optimal. With --time-limit, about half goes to the subgraph "
-            "levels and the rest to the top H-ILP; on time-out the best schedule found is returned "
-            "(every unit run once with its fastest, smallest or least-kept option is always tried, "
-            "and every H-ILP starts from the best such sequential schedule that fits its memory rows). "
-            "A second top, refined one level down where the memory is, follows with half the top's "
-            "time. Greedy "
+            "feasible, not proven optimal. With --time-limit, a quarter goes first to fastsa on "
+            "the whole graph (--flat-start), about half to the subgraph levels and the rest to "
+            "the top H-ILPs; on time-out the best schedule found is returned (every unit run once "
+            "with its fastest, smallest or least-kept option is always tried, and every H-ILP "
+            "starts from the best such sequential schedule that fits its memory rows). A second "
+            "top, cut along fastsa's schedule and started from it (without a flat start: refined "
+            "one level down where the memory is), is solved too. Greedy "
             "and fastsa run on the whole graph too (beside the H-ILPs over the whole limit with two "
             "workers or more, else with the last 15% of it) and the cheapest schedule is used (the "
             "message says which); --fallback none returns the H-ILP's own schedule."
@@ -154,8 +159,9 @@ class _Solve:
         self.portfolio: Portfolio | None = None
         self.prefer: list[int | None] | None = None
         self.flat_seq: list[str] | None = None
-        #: the end of the ILP work (epoch seconds)
-        self.deadline = None if self.limit is None else time.time() + self.ilp_share * self.limit
+        #: the end of the ILP work (epoch seconds), 5% short of its share: decoding and simulating
+        #: the top's schedule follow it, and the runner's watchdog stops at the limit itself
+        self.deadline = None if self.limit is None else time.time() + 0.95 * self.ilp_share * self.limit
 
     def training(self) -> bool:
         """Layers apply when backward nodes name their forward node and the quotient
@@ -176,6 +182,7 @@ class _Solve:
 
     def _run(self) -> SolverResult:
         g = self.g
+        self.flat_schedule()
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
@@ -207,29 +214,43 @@ class _Solve:
         # one level down where the memory is: the units needing the most memory replaced by
         # their pieces (less is held together) while the instance stays of a solvable size,
         # solved after the top with half its nominal time (the overall deadline still holds);
-        # the cheaper schedule counts
-        finer = refine(ctx, top_units, FINER_TOP * int(self.p["max_top"]))
-        found, statuses, low = self.solve_top(inst, target, prefer=self.prefer)
-        lowest = min(lowest, low)
-        msg = (
-            f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; top H-ILP "
-            f"{'/'.join(statuses) or 'not run'} on {self.backend}"
+        # the cheaper schedule counts. With a whole-graph schedule (flat_start) the pieces are
+        # cut along it instead (`follow`), so that it is the refined top's start
+        order = self.flat_order()
+        cap = FINER_TOP * int(self.p["max_top"])
+        finer = (
+            refine(ctx, top_units, cap) if not self.flat_seq else follow(ctx, top_units, self.flat_seq, cap)
         )
-        if found is not None:
-            msg += f" (overhead {found[0] / base.cost - 1:.4f})"
+        tops: list[tuple[list[Unit], Instance, list[int | None] | None]] = [(top_units, inst, self.prefer)]
         if finer is not None:
             self.select(finer, TOP_OPTIONS)
             prefer2 = self.flat_options(ctx, finer)
-            inst2 = build_instance(ctx, finer, with_loss=False)
-            found2, statuses, low = self.solve_top(
-                inst2, target, 0.5 if self.deterministic else 1.0, prefer=prefer2
-            )
+            inst2 = build_instance(ctx, finer, with_loss=False, order=order)
+            refined = (finer, inst2, prefer2)
+            # a refined top that follows the whole-graph schedule starts from it: it goes first,
+            # with the top's share, where its start is worth the most time
+            tops = [refined, *tops] if order is not None else [*tops, refined]
+        found = None
+        parts = []
+        for i, (units, ins, pref) in enumerate(tops):
+            share = 1.0 if i == 0 or not self.deterministic else 0.5
+            got, statuses, low = self.solve_top(ins, target, share, prefer=pref)
             lowest = min(lowest, low)
-            msg += f"; refined ({len(inst2.items)} compute nodes): {'/'.join(statuses)}"
-            if found2 is not None:
-                msg += f" (overhead {found2[0] / base.cost - 1:.4f})"
-                if found is None or found2[0] < found[0]:
-                    found = found2
+            text = f"{'/'.join(statuses) or 'not run'}"
+            if units is top_units:
+                part = f"top H-ILP {text} on {self.backend}"
+            else:
+                source = f", from {self.p['flat_start']}'s schedule" if order else ""
+                part = f"refined ({len(ins.items)} compute nodes{source}): {text}"
+            if got is not None:
+                # at once: the next top's engine may overrun the limit in native code, and the
+                # watchdog then returns the last incumbent
+                self.opt.incumbent(got[1])
+                part += f" (overhead {got[0] / base.cost - 1:.4f})"
+                if found is None or got[0] < found[0]:
+                    found = got
+            parts.append(part)
+        msg = f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; " + "; ".join(parts)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
             self.opt.incumbent(best[1])
@@ -289,6 +310,7 @@ class _Solve:
         tries = 0
         statuses: list[str] = []
         lowest = 1 << 62
+        kept: tuple[float, list[Step], int] | None = None
         while tries < 4:
             tries += 1
             top_time = None
@@ -300,6 +322,7 @@ class _Solve:
                 else:
                     left = (self.ilp_share * self.limit - self.elapsed()) * (share if tries == 1 else 1.0)
                 top_time = max(0.2, left) * (0.8 if tries == 1 else 0.5)
+            starts: list[list[tuple[int, int]]] = []
             sched, top_status = solve_instance(
                 inst,
                 target,
@@ -310,46 +333,71 @@ class _Solve:
                 corrections=True,
                 deadline=self.deadline,
                 prefer=prefer,
+                flat=self.flat_seq or None,
+                starts=starts,
             )
             statuses.append(top_status)
             if sched is None:
                 break
-            f, _ = flatten(inst, sched)
-            steps = steps_from_sequence(g, f)
-            sim = simulate(g, steps)
+            sims = []
+            for cand in (sched, *starts):
+                steps = steps_from_sequence(g, flatten(inst, cand)[0])
+                sims.append((simulate(g, steps), steps))
+            sim, steps = sims[0]
             lowest = min(lowest, sim.peak_memory)
             self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
             if sim.peak_memory <= self.budget:
                 return (sim.cost, steps, sim.peak_memory), statuses, lowest
+            # the engine's schedule fails the simulator; its start (an H-ILP solution too) may not
+            for ssim, ssteps in sims[1:]:
+                if ssim.peak_memory <= self.budget and (kept is None or ssim.cost < kept[0]):
+                    kept = (ssim.cost, ssteps, ssim.peak_memory)
+            if kept is not None:
+                break  # the start holds: asking for less would rule it out
             # the ILP's memory model was optimistic: ask it for proportionally less
             over = sim.peak_memory - self.budget
             target -= max(over, int(0.02 * max(target, 1)))
             if target <= 0:
                 break
-        return None, statuses, lowest
+        return kept, statuses, lowest
+
+    def flat_order(self) -> dict[str, int] | None:
+        """Operator -> rank of its first computation in the whole-graph schedule (flat_start)."""
+        if not self.flat_seq:
+            return None
+        order: dict[str, int] = {}
+        for n in self.flat_seq:
+            order.setdefault(n, len(order))
+        return order
+
+    def flat_schedule(self) -> None:
+        """Issue 18: the whole-graph schedule of ``flat_start`` (fastsa's by default), run first
+        within ``FLAT_SHARE`` of the limit, kept in ``flat_seq`` (its compute sequence) when it
+        is within budget. The refined top is cut along it (:func:`follow`) and starts from it
+        (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""
+        self.flat_seq = []
+        name = str(self.p.get("flat_start") or "")
+        from remat_cli import registry
+
+        if not name or name not in registry.names():
+            return
+        solver = registry.get(name)
+        if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
+            return
+        left = None if self.limit is None else FLAT_SHARE * self.limit
+        opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
+        opts.params = solver.defaults()
+        r = solver.solve(self.g, self.budget, opts)
+        if r.steps is not None and simulate(self.g, r.steps).peak_memory <= self.budget:
+            self.flat_seq = [s.node for s in r.steps if s.op == "compute" and s.node is not None]
 
     def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
-        """Issue 18: a whole-graph schedule (``flat_start``, e.g. greedy's, run here within a
-        small share of the limit) translated into one more option per layer unit
-        (:func:`flat_option`); returns each unit's index of it (None where none), which the top
-        H-ILP's sequential start tries first (:func:`sequential_hint`)."""
-        name = str(self.p.get("flat_start") or "")
-        if not name or not any(u.layer for u in units):
-            return None
+        """The whole-graph schedule (:meth:`flat_schedule`) translated into one more option per
+        layer unit (:func:`flat_option`); returns each unit's index of it (None where none),
+        which the top H-ILP's sequential start tries first (:func:`sequential_hint`)."""
         if self.flat_seq is None:
-            from remat_cli import registry
-
-            if name not in registry.names():
-                return None
-            solver = registry.get(name)
-            if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
-                return None
-            left = None if self.limit is None else max(5.0, 0.05 * self.limit)
-            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
-            opts.params = solver.defaults()
-            r = solver.solve(self.g, self.budget, opts)
-            self.flat_seq = [s.node for s in (r.steps or []) if s.op == "compute" and s.node is not None]
-        if not self.flat_seq:
+            self.flat_schedule()
+        if not self.flat_seq or not any(u.layer for u in units):
             return None
         prefer: list[int | None] = []
         for u in units:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from remat_cli.solvers.hilp.units import (
     pareto,
     unit_graph,
 )
-from remat_cli.solvers.hilp.warmstart import recompute_hint, sequential_hint
+from remat_cli.solvers.hilp.warmstart import flat_hint, recompute_hint, sequential_hint
 
 # ------------------------------------------------------------------------------------------------
 # Solving one unit for its options
@@ -69,6 +70,8 @@ def solve_instance(
     gap: float = 1e-4,
     deadline: float | None = None,
     prefer: list[int | None] | None = None,
+    flat: Sequence[str] | None = None,
+    starts: list[list[tuple[int, int]]] | None = None,
 ) -> tuple[list[tuple[int, int]] | None, str]:
     """Solve one H-ILP. With ``deterministic`` (one worker and a seed) the engine stops on work
     done, not on the wall clock, so a seeded run repeats exactly: CP-SAT on its deterministic
@@ -83,6 +86,19 @@ def solve_instance(
         hint = sequential_hint(inst, model, prefer)
         if hint is None:
             hint = recompute_hint(inst, model, budget, deadline=deadline)
+        if flat is not None:
+            fh, need = flat_hint(inst, model, flat, prefer)
+            if fh is None and need is not None:
+                # the H-ILP's memory rows are stricter than the simulator on this schedule (App.
+                # B.3's correction terms bound a compute node's sub-steps from above): the
+                # instance is posed under the budget the start needs, and every schedule it
+                # gives is checked by the simulator against the real one (solve_top)
+                model, R = hilp_model(inst, need, corrections, kept_budget, deadline=deadline)
+                fh, _ = flat_hint(inst, model, flat, prefer)
+            if fh is not None and (hint is None or model.objective(fh) < model.objective(hint)):
+                hint = fh
+        if hint is not None and starts is not None:
+            starts.append(decode(inst, hint, R))
     except OutOfTime:
         return None, f"not solved: its model ({len(inst.items)} items) took longer to build than its time"
     engine_options: dict[str, dict[str, Any]] = {}
@@ -113,7 +129,7 @@ def solve_instance(
     if res.x is None or (hint is not None and model.objective(res.x) > model.objective(hint) + 1e-9):
         if hint is None:
             return None, status
-        return decode(inst, hint, R), status + " (its sequential start)"
+        return decode(inst, hint, R), status + " (its start)"
     return decode(inst, res.x, R), status
 
 

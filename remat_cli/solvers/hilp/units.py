@@ -205,24 +205,27 @@ def atomic(ctx: Ctx, n: str) -> Unit:
 # Refining the top where the memory is
 
 
-def pieces(ctx: Ctx, unit: Unit) -> list[Unit]:
+def pieces(ctx: Ctx, unit: Unit, order: dict[str, int] | None = None) -> list[Unit]:
     """One level down from `unit`: its children; for a unit whose children are single operators
     (a level-0 layer: one forward operator and the backward block paired with it), the
     operators of its forward part and the *runs* of its backward block, maximal stretches with
     no foreign operator between them in the graph's order. A run is convex (every path between
     two of its operators passes only operators the order puts between them), and splitting at
     the runs lets the top interleave blocks as the graph's own order does, instead of holding a
-    whole block's outputs together."""
+    whole block's outputs together. ``order`` (operator -> position) replaces the graph's
+    order: a whole-graph schedule's, whose runs the top can then follow phase by phase."""
     assert unit.children is not None
+    pos = ctx.pos if order is None else order
+    topo = sorted(pos, key=pos.__getitem__)
     if any(c.ops > 1 for c in unit.children) or not unit.bwd:
         return unit.children
     out = [c for c in unit.children if c.fwd[0] in unit.fwd]
-    at = sorted(ctx.pos[n] for n in unit.bwd)
+    at = sorted(pos[n] for n in unit.bwd)
     runs: list[list[str]] = []
     for a, b in zip([None, *at], at, strict=False):
         if a is None or b != a + 1:
             runs.append([])
-        runs[-1].append(ctx.graph.topo_order[b])
+        runs[-1].append(topo[b])
     for r in runs:
         u = Unit(fwd=tuple(r), bwd=(), layer=False)
         u.options = [measure(ctx, u.owned, u.fwd, ())]
@@ -252,6 +255,89 @@ def refine(ctx: Ctx, units: list[Unit], cap: int) -> list[Unit] | None:
         if new is None:
             return cur if changed else None
         cur, changed = new, True
+
+
+def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Unit]:
+    """Top units from which a whole-graph schedule (its compute sequence `seq`, e.g. fastsa's)
+    reads phase by phase (issue 18: the flat schedule as the top H-ILP's start,
+    :func:`remat_cli.solvers.hilp.warmstart.flat_hint`). A compute node runs its operators
+    together, and a phase runs its recomputations before its compute node, so
+
+    1. a unit whose forward or backward part `seq` runs in separate stretches, or in whose
+       stretch `seq` recomputes anything, is replaced by its :func:`pieces` (cut along `seq`),
+       until none is left;
+    2. a piece is cut around each operator `seq` recomputes and where `seq` recomputes
+       something between two of its operators;
+    3. while there are more than `cap` compute nodes, the two neighbouring single-option pieces
+       (one after the other in `seq`, nothing recomputed in or between them) with the fewest
+       operators merge: a stretch of a topological order is convex, and what `seq` runs once
+       in one stretch needs no finer grain.
+    """
+    order: dict[str, int] = {}
+    count: dict[str, int] = defaultdict(int)
+    cut: set[str] = set()  # operators after whose first computation `seq` recomputes something
+    for n in seq:
+        if n in order:
+            cut.add(next(reversed(order)))
+        order.setdefault(n, len(order))
+        count[n] += 1
+    again = {n for n, c in count.items() if c > 1}
+    stops = again | cut
+
+    def broken(u: Unit) -> bool:
+        if _runs(u.fwd, order) > 1 or _runs(u.bwd, order) > 1:
+            return True
+        return any(n in stops for part in (u.fwd, u.bwd) for n in sorted(part, key=order.__getitem__)[:-1])
+
+    cur = list(units)
+    while True:
+        at = next((i for i, u in enumerate(cur) if u.children and (broken(u) or again & u.owned)), None)
+        if at is None:
+            break
+        cur[at : at + 1] = pieces(ctx, cur[at], order)
+    out: list[Unit] = []
+    for u in cur:
+        if u.layer or len(u.fwd) == 1 or not broken(u) and not again & u.owned:
+            out.append(u)
+            continue
+        part: list[str] = []
+        for n in sorted(u.fwd, key=order.__getitem__):
+            if part and (n in again or part[-1] in stops):
+                out.append(_plain(ctx, part))
+                part = []
+            part.append(n)
+        out.append(_plain(ctx, part))
+
+    def mergeable(u: Unit) -> bool:
+        return not u.layer and len(u.options) == 1 and not again & u.owned
+
+    out.sort(key=lambda u: min(order[n] for n in u.owned))
+    while sum(2 if u.layer else 1 for u in out) > cap:
+        pairs = [
+            (a.ops + b.ops, i)
+            for i, (a, b) in enumerate(zip(out, out[1:], strict=False))
+            if mergeable(a)
+            and mergeable(b)
+            and order[b.fwd[0]] == order[a.fwd[-1]] + 1
+            and a.fwd[-1] not in cut
+        ]
+        if not pairs:
+            break
+        _, i = min(pairs)
+        out[i : i + 2] = [_plain(ctx, list(out[i].fwd + out[i + 1].fwd))]
+    return out
+
+
+def _plain(ctx: Ctx, ops: Sequence[str]) -> Unit:
+    u = Unit(fwd=tuple(ops), bwd=(), layer=False)
+    u.options = [measure(ctx, u.owned, u.fwd, ())]
+    return u
+
+
+def _runs(ops: Sequence[str], order: dict[str, int]) -> int:
+    """How many separate stretches of `order` the operators `ops` make."""
+    at = sorted(order[n] for n in ops if n in order)
+    return sum(1 for a, b in zip([None, *at], at, strict=False) if a is None or b != a + 1)
 
 
 # ------------------------------------------------------------------------------------------------

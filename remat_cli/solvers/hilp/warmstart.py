@@ -253,36 +253,136 @@ def recompute_hint(
             phases.append(comp)
         return phases, ends
 
-    def vector(phases: list[list[int]], ends: list[set[int]]) -> np.ndarray | None:
-        x = np.zeros(model.num_vars)
-        for t, comp in enumerate(phases):
-            for k in comp:
-                x[R[(t, k, choice[k])]] = 1.0
-        for d, p in enumerate(inst.producer):
-            for t in range(p, T):
-                present = t > p and d in ends[t - 1]
-                made = p in phases[t] and not present
-                if made:
-                    x[C[(t, d)]] = 1.0
-                stays = d in ends[t]
-                x[P[(t + 1, d)]] = float(stays)
-                if (present or made) and not stays:
-                    rel = [k for k in phases[t] if k == p or k in readers[d]]
-                    if not rel:
-                        return None
-                    x[D[(t, rel[-1], d)]] = 1.0
-        for j, (f, b) in inst.layer_of.items():
-            for t in range(f + 1, b + 1):
-                x[Sp[(t, j, choice[f])]] = 1.0
-        return x
-
     for frac in RECOMPUTE_AIMS:
         sched = phases_for(frac * budget)
         if sched is None:
             return None
-        x = vector(*sched)
+        x = phase_vector(inst, model, choice, readers, *sched)
         if x is not None:
             ax = A @ x
             if bool(np.all(ax <= hi) and np.all(ax >= lo)):
                 return x
     return None
+
+
+def phase_vector(
+    inst: Instance,
+    model: LinearModel,
+    choice: Sequence[int],
+    readers: Sequence[Sequence[int]],
+    phases: Sequence[Sequence[int]],
+    ends: Sequence[set[int]],
+) -> np.ndarray | None:
+    """The H-ILP variables of a schedule given phase by phase: ``phases[t]`` the items phase t
+    computes (ascending, ending with t, each with option ``choice[k]``), ``ends[t]`` the data
+    nodes in memory after it; ``readers[d]`` the items reading d under ``choice``. Each data node
+    leaving memory is deleted after the last item of its phase related to it (App. B.3's
+    deletion rule); None when there is none."""
+    R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
+    T = len(inst.items)
+    x = np.zeros(model.num_vars)
+    for t, comp in enumerate(phases):
+        for k in comp:
+            x[R[(t, k, choice[k])]] = 1.0
+    for d, p in enumerate(inst.producer):
+        for t in range(p, T):
+            present = t > p and d in ends[t - 1]
+            made = p in phases[t] and not present
+            if made:
+                x[C[(t, d)]] = 1.0
+            stays = d in ends[t]
+            x[P[(t + 1, d)]] = float(stays)
+            if (present or made) and not stays:
+                rel = [k for k in phases[t] if k == p or k in readers[d]]
+                if not rel:
+                    return None
+                x[D[(t, rel[-1], d)]] = 1.0
+    for j, (f, b) in inst.layer_of.items():
+        for t in range(f + 1, b + 1):
+            x[Sp[(t, j, choice[f])]] = 1.0
+    return x
+
+
+def flat_hint(
+    inst: Instance, model: LinearModel, seq: Sequence[str], prefer: Sequence[int | None] | None = None
+) -> tuple[np.ndarray | None, int | None]:
+    """:func:`flat_vector` when it satisfies every row of the H-ILP, else None; and, when only
+    memory rows fail, the budget (bytes) under which they would hold."""
+    x = flat_vector(inst, model, seq, prefer)
+    if x is None:
+        return None, None
+    ax = model.matrix() @ x
+    over = ax > model.row_ub + 1e-6
+    if not over.any() and bool(np.all(ax >= model.row_lb - 1e-6)):
+        return x, None
+    budget = model.mem_budget  # type: ignore[attr-defined]
+    if np.any(ax < model.row_lb - 1e-6) or np.any(model.row_ub[over] != budget):
+        return None, None
+    return None, int(ax[over].max() * model.mem_scale)  # type: ignore[attr-defined]
+
+
+def flat_vector(
+    inst: Instance, model: LinearModel, seq: Sequence[str], prefer: Sequence[int | None] | None = None
+) -> np.ndarray | None:
+    """A whole-graph schedule (its compute sequence `seq`, e.g. fastsa's) as a start of the
+    H-ILP (issue 18: a flat schedule translated into the top H-ILP's MIP start). The first
+    computation of item k's operators opens phase k; a later computation of an item already
+    run is a recomputation in the phase open at that moment (the whole item: the H-ILP has no
+    finer grain), except a layer's forward operators between its F_j and its B_j, which its
+    B_j's option (``prefer``, from :func:`remat_cli.solvers.hilp.units.flat_option`)
+    recomputes. A data node stays in memory from a computation to its next reader, unless its
+    producer runs again before that reader. None when the items' order cannot follow `seq`;
+    the vector may break rows (the H-ILP's memory model is not the simulator's)."""
+    items = inst.items
+    T = len(items)
+    choice_u = [
+        prefer[ui]
+        if prefer is not None and prefer[ui] is not None
+        else min(range(len(u.options)), key=lambda i, u=u: (u.options[i].phantom, u.options[i].peak))
+        for ui, u in enumerate(inst.units)
+    ]
+    choice = [0 if it.kind == "loss" else choice_u[it.unit] for it in items]
+    owner: dict[str, int] = {}
+    for k, it in enumerate(items):
+        if it.kind == "loss":
+            continue
+        u = inst.units[it.unit]
+        for n in u.bwd if it.kind == "B" else u.fwd:
+            owner[n] = k
+    left = [len(set(inst.units[it.unit].bwd if it.kind == "B" else inst.units[it.unit].fwd)) for it in items]
+    seen: set[str] = set()
+    phases: list[set[int]] = [{t} for t in range(T)]
+    t = 0  # the first item `seq` has not run in full yet: the phase in progress
+    for n in seq:
+        k = owner.get(n)
+        if k is None:
+            continue
+        if n not in seen:
+            seen.add(n)
+            left[k] -= 1
+            while t < T and left[t] == 0:
+                t += 1
+            continue
+        it = items[k]
+        if k >= t or t >= T or it.kind == "B":
+            continue  # within item k's first run (or a backward item: run once)
+        if it.kind == "F" and inst.layer_of[it.unit][1] <= t:
+            continue  # recomputed inside its B_j's option
+        phases[t].add(k)
+    readers: list[list[int]] = [[] for _ in inst.sizes]
+    for d, us in enumerate(inst.users):
+        for k, o in us:
+            if o == choice[k] and k != inst.producer[d]:
+                readers[d].append(k)
+    ends: list[set[int]] = [set() for _ in range(T)]
+    for d, p in enumerate(inst.producer):
+        made = [t for t in range(T) if p in phases[t]]
+        read = sorted({t for t in range(T) if any(k in phases[t] for k in readers[d])})
+        for t in range(made[0] if made else T, T):
+            if inst.final[d]:
+                ends[t].add(d)
+                continue
+            nxt = next((r for r in read if r > t), None)
+            if nxt is not None and not any(t < m <= nxt for m in made):
+                ends[t].add(d)
+    return phase_vector(inst, model, choice, readers, [sorted(c) for c in phases], ends)

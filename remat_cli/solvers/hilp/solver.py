@@ -318,7 +318,7 @@ class _Solve:
                 # 15% of the limit stays for the whole-graph fallback; deterministic runs size
                 # their work limit from the nominal split, never from the clock
                 if self.deterministic:
-                    left = (self.ilp_share - 0.5) * self.limit * share
+                    left = (self.ilp_share - 0.5) * self.span() * share
                 else:
                     left = (self.ilp_share * self.limit - self.elapsed()) * (share if tries == 1 else 1.0)
                 top_time = max(0.2, left) * (0.8 if tries == 1 else 0.5)
@@ -360,6 +360,16 @@ class _Solve:
             if target <= 0:
                 break
         return kept, statuses, lowest
+
+    def span(self) -> float:
+        """The time limit the hierarchy's nominal shares are taken of: what the flat start
+        (when one ran) leaves of it."""
+        assert self.limit is not None
+        return (
+            self.limit * (1 - FLAT_SHARE)
+            if self.flat_seq is not None and self.p.get("flat_start")
+            else self.limit
+        )
 
     def flat_order(self) -> dict[str, int] | None:
         """Operator -> rank of its first computation in the whole-graph schedule (flat_start)."""
@@ -539,9 +549,9 @@ class _Solve:
             owners.append(ui)
         share = None
         if self.limit is not None:
-            left = max(0.1, self.limit * 0.5 - (0 if self.deterministic else self.elapsed()))
+            left = max(0.1, self.span() * 0.5 - (0 if self.deterministic else self.elapsed()))
             if self.deterministic:
-                left = self.limit * 0.5 / max(1, n_levels)
+                left = self.span() * 0.5 / max(1, n_levels)
             else:
                 left = left / max(1, n_levels - li)
             # building and measuring take time too: the ILPs get 70% of the share

@@ -48,3 +48,12 @@ def best_fit_kernel(
                 reach = hi[k]
         offset[i] = chosen if chosen >= 0 else reach
     return offset
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernel on a two-buffer case: the first call after
+    an install compiles for seconds (2.5 s on one core), which must not come out of a solve's
+    time limit (a MODeL solve of 3 s then stopped its stages elsewhere than the next run, and
+    seeded runs differed)."""
+    one = np.ones(2, dtype=np.int64)
+    best_fit_kernel(np.zeros(2, dtype=np.int64), one * 2, one, np.arange(2, dtype=np.int64), -one)

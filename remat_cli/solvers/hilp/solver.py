@@ -218,9 +218,14 @@ class _Solve:
         # cut along it instead (`follow`), so that it is the refined top's start
         order = self.flat_order()
         cap = FINER_TOP * int(self.p["max_top"])
-        finer = (
-            refine(ctx, top_units, cap) if not self.flat_seq else follow(ctx, top_units, self.flat_seq, cap)
-        )
+        finer = follow(ctx, top_units, self.flat_seq, cap) if self.flat_seq else None
+        if finer is not None and sum(2 if u.layer else 1 for u in finer) > 2 * cap:
+            # the schedule recomputes in too many places to be followed by an instance of a
+            # solvable size (transformer_l125 at 50%: 1,722 compute nodes, whose model alone
+            # outlasted the limit): the refined top of old, without it
+            finer, order = None, None
+        if order is None:
+            finer = refine(ctx, top_units, cap)
         tops: list[tuple[list[Unit], Instance, list[int | None] | None]] = [(top_units, inst, self.prefer)]
         if finer is not None:
             self.select(finer, TOP_OPTIONS)
@@ -234,7 +239,8 @@ class _Solve:
         parts = []
         for i, (units, ins, pref) in enumerate(tops):
             share = 1.0 if i == 0 or not self.deterministic else 0.5
-            got, statuses, low = self.solve_top(ins, target, share, prefer=pref)
+            follows = order is not None and units is not top_units
+            got, statuses, low = self.solve_top(ins, target, share, prefer=pref, follows=follows)
             lowest = min(lowest, low)
             text = f"{'/'.join(statuses) or 'not run'}"
             if units is top_units:
@@ -300,11 +306,17 @@ class _Solve:
         )
 
     def solve_top(
-        self, inst: Instance, target: int, share: float = 1.0, prefer: list[int | None] | None = None
+        self,
+        inst: Instance,
+        target: int,
+        share: float = 1.0,
+        prefer: list[int | None] | None = None,
+        follows: bool = False,
     ) -> tuple[tuple[float, list[Step], int] | None, list[str], int]:
         """The top H-ILP under the user's budget, with `share` of the top's time; when the
         simulated peak exceeds it (the ILP's memory model is an approximation, App. B.3) the ILP
-        budget is lowered and it is solved again. Returns the schedule within budget (cost,
+        budget is lowered and it is solved again. ``follows``: the instance follows the whole-graph
+        schedule (:func:`follow`), which is its start. Returns the schedule within budget (cost,
         steps, peak), the statuses and the lowest simulated peak."""
         g = self.g
         tries = 0
@@ -333,7 +345,7 @@ class _Solve:
                 corrections=True,
                 deadline=self.deadline,
                 prefer=prefer,
-                flat=self.flat_seq or None,
+                flat=self.flat_seq if follows else None,
                 starts=starts,
             )
             statuses.append(top_status)

@@ -56,8 +56,8 @@ def build_instance(
     """Compute nodes (F_j/B_j per layer, one per plain unit, the virtual loss when the instance
     is a layer being solved for its options) and data nodes (values crossing between them).
     ``order`` (operator -> position in a whole-graph schedule) orders the compute nodes by
-    their last operator there (when the schedule has run all of it), so that the schedule reads as phases of this instance
-    (:func:`remat_cli.solvers.hilp.warmstart.flat_hint`)."""
+    their last operator there (when the schedule has run all of it), so that the schedule
+    reads as phases of this instance (:func:`remat_cli.solvers.hilp.warmstart.flat_hint`)."""
     raw: list[Item] = []
     for ui, u in enumerate(units):
         if u.layer:

@@ -20,6 +20,8 @@ from remat_cli.solvers.hilp.units import (
     Unit,
     atomic,
     canonical,
+    compute_nodes,
+    first_ranks,
     flat_option,
     follow,
     measure,
@@ -219,7 +221,7 @@ class _Solve:
         order = self.flat_order()
         cap = FINER_TOP * int(self.p["max_top"])
         finer = follow(ctx, top_units, self.flat_seq, cap) if self.flat_seq else None
-        if finer is not None and sum(2 if u.layer else 1 for u in finer) > 2 * cap:
+        if finer is not None and compute_nodes(finer) > 2 * cap:
             # the schedule recomputes in too many places to be followed by an instance of a
             # solvable size (transformer_l125 at 50%: 1,722 compute nodes, whose model alone
             # outlasted the limit): the refined top of old, without it
@@ -352,7 +354,8 @@ class _Solve:
             if sched is None:
                 break
             sims = []
-            for cand in (sched, *starts):
+            # a start the engine did not improve on is its schedule: simulated once
+            for cand in (sched, *(s for s in starts if s != sched)):
                 steps = steps_from_sequence(g, flatten(inst, cand)[0])
                 sims.append((simulate(g, steps), steps))
             sim, steps = sims[0]
@@ -385,12 +388,7 @@ class _Solve:
 
     def flat_order(self) -> dict[str, int] | None:
         """Operator -> rank of its first computation in the whole-graph schedule (flat_start)."""
-        if not self.flat_seq:
-            return None
-        order: dict[str, int] = {}
-        for n in self.flat_seq:
-            order.setdefault(n, len(order))
-        return order
+        return first_ranks(self.flat_seq) if self.flat_seq else None
 
     def flat_schedule(self) -> None:
         """Issue 18: the whole-graph schedule of ``flat_start`` (fastsa's by default), run first

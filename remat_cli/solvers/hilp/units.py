@@ -215,10 +215,10 @@ def pieces(ctx: Ctx, unit: Unit, order: dict[str, int] | None = None) -> list[Un
     whole block's outputs together. ``order`` (operator -> position) replaces the graph's
     order: a whole-graph schedule's, whose runs the top can then follow phase by phase."""
     assert unit.children is not None
-    pos = ctx.pos if order is None else order
-    topo = sorted(pos, key=pos.__getitem__)
     if any(c.ops > 1 for c in unit.children) or not unit.bwd:
         return unit.children
+    pos = ctx.pos if order is None else order
+    topo = ctx.graph.topo_order if order is None else sorted(order, key=order.__getitem__)
     out = [c for c in unit.children if c.fwd[0] in unit.fwd]
     at = sorted(pos[n] for n in unit.bwd)
     runs: list[list[str]] = []
@@ -238,9 +238,6 @@ def refine(ctx: Ctx, units: list[Unit], cap: int) -> list[Unit] | None:
     by its :func:`pieces`, again and again while the instance stays within `cap` compute
     nodes; None when nothing could be refined."""
 
-    def items(us: list[Unit]) -> int:
-        return sum(2 if u.layer else 1 for u in us)
-
     cur = list(units)
     changed = False
     while True:
@@ -249,7 +246,7 @@ def refine(ctx: Ctx, units: list[Unit], cap: int) -> list[Unit] | None:
         for _, neg in sorted(cands, reverse=True):
             i = -neg
             trial = cur[:i] + pieces(ctx, cur[i]) + cur[i + 1 :]
-            if items(trial) <= cap:
+            if compute_nodes(trial) <= cap:
                 new = trial
                 break
         if new is None:
@@ -273,15 +270,17 @@ def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Un
        operators merge: a stretch of a topological order is convex, and what `seq` runs once
        in one stretch needs no finer grain.
     """
-    order: dict[str, int] = {}
-    count: dict[str, int] = defaultdict(int)
+    order = first_ranks(seq)
+    topo = sorted(order, key=order.__getitem__)
+    again: set[str] = set()  # operators `seq` recomputes
     cut: set[str] = set()  # operators after whose first computation `seq` recomputes something
+    done = 0  # how many operators `seq` has run so far
     for n in seq:
-        if n in order:
-            cut.add(next(reversed(order)))
-        order.setdefault(n, len(order))
-        count[n] += 1
-    again = {n for n, c in count.items() if c > 1}
+        if order[n] < done:
+            again.add(n)
+            cut.add(topo[done - 1])
+        else:
+            done += 1
     stops = again | cut
 
     def broken(u: Unit) -> bool:
@@ -312,7 +311,7 @@ def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Un
         return not u.layer and len(u.options) == 1 and not again & u.owned
 
     out.sort(key=lambda u: min(order[n] for n in u.owned))
-    while sum(2 if u.layer else 1 for u in out) > cap:
+    while compute_nodes(out) > cap:
         pairs = [
             (a.ops + b.ops, i)
             for i, (a, b) in enumerate(zip(out, out[1:], strict=False))
@@ -326,6 +325,19 @@ def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Un
         _, i = min(pairs)
         out[i : i + 2] = [_plain(ctx, list(out[i].fwd + out[i + 1].fwd))]
     return out
+
+
+def compute_nodes(units: Sequence[Unit]) -> int:
+    """How many compute nodes an H-ILP over `units` has: F_j and B_j per layer, one per plain unit."""
+    return sum(2 if u.layer else 1 for u in units)
+
+
+def first_ranks(seq: Sequence[str]) -> dict[str, int]:
+    """Operator -> rank of its first computation in the compute sequence `seq`."""
+    order: dict[str, int] = {}
+    for n in seq:
+        order.setdefault(n, len(order))
+    return order
 
 
 def _plain(ctx: Ctx, ops: Sequence[str]) -> Unit:

@@ -148,10 +148,8 @@ def recompute_hint(
     once. The schedule is aimed under a shrinking
     share of `budget` until its H-ILP vector (derived as in :func:`sequential_x`) satisfies
     every row; None when none does. OutOfTime once the wall clock passes `deadline` (epoch s)."""
-    R, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
     items = inst.items
     T = len(items)
-    nd = len(inst.sizes)
     choice_u = [
         min(
             range(len(u.options)),
@@ -160,13 +158,11 @@ def recompute_hint(
         for u in inst.units
     ]
     choice = [0 if it.kind == "loss" else choice_u[it.unit] for it in items]
+    readers = _readers(inst, choice)
     reads: list[list[int]] = [[] for _ in range(T)]
-    readers: list[list[int]] = [[] for _ in range(nd)]
-    for d, us in enumerate(inst.users):
-        for k, o in us:
-            if o == choice[k] and k != inst.producer[d]:
-                reads[k].append(d)
-                readers[d].append(k)
+    for d, ks in enumerate(readers):
+        for k in ks:
+            reads[k].append(d)
     last_reader = [max(r, default=-1) for r in readers]
     sizes = inst.sizes
     A = model.matrix()
@@ -265,6 +261,16 @@ def recompute_hint(
     return None
 
 
+def _readers(inst: Instance, choice: Sequence[int]) -> list[list[int]]:
+    """readers[d]: the items other than its producer that read data node d under ``choice``."""
+    readers: list[list[int]] = [[] for _ in inst.sizes]
+    for d, us in enumerate(inst.users):
+        for k, o in us:
+            if o == choice[k] and k != inst.producer[d]:
+                readers[d].append(k)
+    return readers
+
+
 def phase_vector(
     inst: Instance,
     model: LinearModel,
@@ -325,14 +331,15 @@ def flat_vector(
     inst: Instance, model: LinearModel, seq: Sequence[str], prefer: Sequence[int | None] | None = None
 ) -> np.ndarray | None:
     """A whole-graph schedule (its compute sequence `seq`, e.g. fastsa's) as a start of the
-    H-ILP (issue 18: a flat schedule translated into the top H-ILP's MIP start). The first
-    computation of item k's operators opens phase k; a later computation of an item already
-    run is a recomputation in the phase open at that moment (the whole item: the H-ILP has no
-    finer grain), except a layer's forward operators between its F_j and its B_j, which its
-    B_j's option (``prefer``, from :func:`remat_cli.solvers.hilp.units.flat_option`)
-    recomputes. A data node stays in memory from a computation to its next reader, unless its
-    producer runs again before that reader. None when the items' order cannot follow `seq`;
-    the vector may break rows (the H-ILP's memory model is not the simulator's)."""
+    H-ILP (issue 18: a flat schedule translated into the top H-ILP's MIP start). Phase t
+    computes item t (the instance's order, :func:`remat_cli.solvers.hilp.units.follow`); a
+    computation in `seq` of an item already run in full is a recomputation in the phase of the
+    first item `seq` has not yet run in full (the whole item: the H-ILP has no finer grain),
+    except a layer's forward operators between its F_j and its B_j, which its B_j's option
+    (``prefer``, from :func:`remat_cli.solvers.hilp.units.flat_option`) recomputes. A data node
+    stays in memory from a computation to its next reader, unless its producer runs again
+    before that reader. None when a deletion has no related item in its phase; the vector may
+    break rows (the H-ILP's memory model is not the simulator's)."""
     items = inst.items
     T = len(items)
     choice_u = [
@@ -369,11 +376,7 @@ def flat_vector(
         if it.kind == "F" and inst.layer_of[it.unit][1] <= t:
             continue  # recomputed inside its B_j's option
         phases[t].add(k)
-    readers: list[list[int]] = [[] for _ in inst.sizes]
-    for d, us in enumerate(inst.users):
-        for k, o in us:
-            if o == choice[k] and k != inst.producer[d]:
-                readers[d].append(k)
+    readers = _readers(inst, choice)
     ends: list[set[int]] = [set() for _ in range(T)]
     for d, p in enumerate(inst.producer):
         made = [t for t in range(T) if p in phases[t]]

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_cli import generators as G
+from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
@@ -568,3 +569,54 @@ def test_h_ilp_from_a_flat_start_is_never_costlier_than_it() -> None:
     assert "from greedy's schedule" in (res.message or "")
     assert sched.summary.peak_memory <= budget
     assert sched.summary.cost <= greedy.summary.cost * (1 + 1e-9)
+
+
+def test_the_flat_start_is_an_incumbent_at_once_when_fallbacks_are_on() -> None:
+    """With fallbacks on, the flat start's schedule is reported as an incumbent before the top
+    H-ILP runs (an engine overrunning the limit in native code must not cost it: the watchdog
+    returns the last incumbent); with ``--fallback none`` it is not the H-ILP's, and comes only
+    as the top's own schedule (which follows it)."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.7 * baseline(g).peak_memory)
+    # chen's: greedy's is an incumbent from the start anyway (early_incumbent)
+    chen = registry.get("chen-sqrtn")
+    got = chen.solve(g, budget, SolveOptions(time_limit=5, seed=0, workers=1, params=chen.defaults()))
+    assert got.steps is not None and simulate(g, got.steps).peak_memory <= budget
+    flat = [s.node for s in got.steps if s.op == "compute"]
+
+    def first_flat_before_top(fallback: str) -> bool:
+        events: list[str] = []
+        opts = SolveOptions(time_limit=20, seed=0, workers=1)
+        opts.params = HILP().defaults() | {"flat_start": "chen-sqrtn", "fallback": fallback}
+        opts.on_incumbent = lambda steps: events.append(
+            "flat" if [s.node for s in steps if s.op == "compute"] == flat else "other"
+        )
+        opts.on_progress = lambda facts: events.append(str(facts.get("stage")))
+        HILP().solve(g, budget, opts)
+        assert "top" in events
+        return "flat" in events[: events.index("top")]
+
+    assert first_flat_before_top("auto")
+    assert not first_flat_before_top("none")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--flat-start", "nosuch"], ["--leaf-solvers", "checkpoint-all,nosuch"], ["--flat-start", "hilp"]],
+)
+def test_a_helper_solver_that_does_not_exist_is_an_input_error(tmp_path: Path, args: list[str]) -> None:
+    """One line and exit 2 (it was silently skipped; ``hilp`` itself would recurse), and no
+    schedule file."""
+    from click.testing import CliRunner
+
+    from remat_cli.cli import main
+
+    graph = Path(__file__).resolve().parents[1] / "graphs" / "torch_mlp_train.onnx"
+    out = tmp_path / "s.json"
+    res = CliRunner().invoke(
+        main,
+        ["solve", str(graph), "--budget", "90%", "-s", "hilp", *args, "--time-limit", "10", "-o", str(out)],
+    )
+    assert res.exit_code == 2, res.output
+    assert "is not a solver it can call" in res.output and "Traceback" not in res.output
+    assert not out.exists()

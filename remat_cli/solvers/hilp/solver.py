@@ -9,7 +9,7 @@ from typing import Any
 
 from remat_cli.graph import Graph, GraphError
 from remat_cli.schedule import Step, baseline, simulate, steps_from_sequence
-from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
 from remat_cli.solvers.hilp.hpartition import LevelGraph, h_partition
 from remat_cli.solvers.hilp.model import Instance, build_instance, flatten, trivial
@@ -130,7 +130,21 @@ class HILP(Solver):
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         p = self.defaults() | options.params
+        _check_solver_names(p)
         return _Solve(graph, budget, options, p).run()
+
+
+def _check_solver_names(p: dict[str, Any]) -> None:
+    """--flat-start and --leaf-solvers name registered solvers other than this one (which would
+    call itself); OptionError (exit 2) otherwise, not a silently skipped helper."""
+    from remat_cli import registry
+
+    known = [n for n in registry.names() if n not in ("hilp", "auto")]
+    named = [("--flat-start", str(p.get("flat_start") or ""))]
+    named += [("--leaf-solvers", n) for n in str(p.get("leaf_solvers") or "").split(",")]
+    for flag, name in named:
+        if name and name not in known:
+            raise OptionError(f"{flag}: {name!r} is not a solver it can call (known: {', '.join(known)})")
 
 
 class _Solve:
@@ -161,6 +175,9 @@ class _Solve:
         self.portfolio: Portfolio | None = None
         self.prefer: list[int | None] | None = None
         self.flat_seq: list[str] | None = None
+        #: the flat start's own schedule within budget (cost, steps, peak), a candidate for the
+        #: returned result only when fallbacks are on (it is not the H-ILP's)
+        self.flat_result: tuple[float, list[Step], int] | None = None
         #: the end of the ILP work (epoch seconds), 5% short of its share: decoding and simulating
         #: the top's schedule follow it, and the runner's watchdog stops at the limit itself
         self.deadline = None if self.limit is None else time.time() + 0.95 * self.ilp_share * self.limit
@@ -408,8 +425,16 @@ class _Solve:
         opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
         opts.params = solver.defaults()
         r = solver.solve(self.g, self.budget, opts)
-        if r.steps is not None and simulate(self.g, r.steps).peak_memory <= self.budget:
+        if r.steps is None:
+            return
+        sim = simulate(self.g, r.steps)
+        if sim.peak_memory <= self.budget:
             self.flat_seq = [s.node for s in r.steps if s.op == "compute" and s.node is not None]
+            if self.p.get("fallback") != "none":
+                # at once: an engine overrunning the limit in native code (the watchdog then
+                # returns the last incumbent) must not cost the schedule already in hand
+                self.flat_result = (sim.cost, r.steps, sim.peak_memory)
+                self.opt.incumbent(r.steps)
 
     def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
         """The whole-graph schedule (:meth:`flat_schedule`) translated into one more option per
@@ -433,13 +458,15 @@ class _Solve:
         return prefer if any(o is not None for o in prefer) else None
 
     def fallback(self, best: tuple[float, list[Step]] | None) -> tuple[float, list[Step], int, str] | None:
-        """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
-        with the time left and the cheapest schedule so far, the H-ILP's or greedy's, as its
-        hint: where its first stage ends above the budget, its second starts from there), or
-        None."""
+        """The cheapest schedule within budget of the flat start's (:attr:`flat_result`), greedy
+        and fastsa (in this fixed order, fastsa with the time left and the cheapest schedule so
+        far as its hint: where its first stage ends above the budget, its second starts from
+        there), or None."""
         from remat_cli import registry
 
         out: tuple[float, list[Step], int, str] | None = None
+        if self.flat_result is not None:
+            out = (*self.flat_result, f"{self.p['flat_start']} (the flat start)")
         for name in FALLBACK:
             if name not in registry.names():
                 continue

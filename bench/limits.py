@@ -9,6 +9,7 @@ after every cell, so a cut-short run keeps what it measured. Usage:
 
     nice -n 15 python3 bench/limits.py --time-limit 300 --loaded
     python3 bench/limits.py --only torch_unet_train --fractions 0.5 --time-limit 60
+    python3 bench/limits.py --graphs /tmp/nets/alexnet_b1.onnx --only alexnet_b1   # bench/model_nets.py's
 """
 
 from __future__ import annotations
@@ -33,13 +34,10 @@ from remat_cli.solver import SolveOptions  # noqa: E402
 NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
 
 
-def onnx_graphs(only: set[str]) -> dict[str, Graph]:
-    out = {}
-    for name in NAMES:
-        path = ROOT / "graphs" / f"{name}.onnx"
-        if path.exists() and (not only or name in only):
-            out[name] = from_onnx_file(path)
-    return out
+def onnx_graphs(only: set[str], extra: list[Path]) -> dict[str, Graph]:
+    """The shipped graphs and `extra` ONNX files (named by their stem), those in `only` if any."""
+    paths = [ROOT / "graphs" / f"{name}.onnx" for name in NAMES] + extra
+    return {p.stem: from_onnx_file(p) for p in paths if p.exists() and (not only or p.stem in only)}
 
 
 def cell(g: Graph, frac: float, limit: float, backend: str) -> dict[str, object]:
@@ -76,6 +74,7 @@ def cell(g: Graph, frac: float, limit: float, backend: str) -> dict[str, object]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
+    ap.add_argument("--graphs", nargs="*", type=Path, default=[], help="more ONNX training graphs")
     ap.add_argument("--fractions", default="0.7,0.6,0.5,0.4")
     ap.add_argument("--time-limit", type=float, default=300)
     ap.add_argument("--backend", default="auto")
@@ -84,7 +83,7 @@ def main() -> None:
     # cells measured before (another --only/--fractions run) are kept; a cell run again replaces them
     old = RESULTS / "limits.json"
     rows: list[dict[str, object]] = json.loads(old.read_text())["rows"] if old.exists() else []
-    for name, g in onnx_graphs({s for s in args.only.split(",") if s}).items():
+    for name, g in onnx_graphs({s for s in args.only.split(",") if s}, args.graphs).items():
         for frac in (float(f) for f in args.fractions.split(",")):
             row = {"graph": name, "nodes": len(g.nodes)} | cell(g, frac, args.time_limit, args.backend)
             rows = [r for r in rows if (r["graph"], r["fraction"]) != (name, row["fraction"])] + [row]

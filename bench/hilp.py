@@ -42,8 +42,9 @@ from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 
-def graphs() -> dict[str, tuple[Graph, float]]:
-    """name -> (graph, time limit in seconds)"""
+def graphs(extra: list[Path] | None = None) -> dict[str, tuple[Graph, float]]:
+    """name -> (graph, time limit in seconds); `extra` ONNX files (held-out exports, e.g. those of
+    bench/model_nets.py) are named by their stem, with 120 s"""
     out: dict[str, tuple[Graph, float]] = {
         "transformer_l4": (G.transformer(layers=4, seed=0), 300),
         "unet_d4_c4": (G.unet(depth=4, convs=4, seed=0), 300),
@@ -57,10 +58,10 @@ def graphs() -> dict[str, tuple[Graph, float]]:
         "transformer_l209": (G.transformer(layers=209, seed=0), 1800),
     }
     # the ONNX training graphs of the runtime issue (phase from the importer, no grad_of)
-    for name in ("torch_mlp_train", "torch_resnet_train", "torch_transformer_train", "torch_unet_train"):
-        path = ROOT / "graphs" / f"{name}.onnx"
+    names = ("torch_mlp_train", "torch_resnet_train", "torch_transformer_train", "torch_unet_train")
+    for path in [ROOT / "graphs" / f"{name}.onnx" for name in names] + list(extra or []):
         if path.exists():
-            out[name] = (from_onnx_file(path), 120)
+            out[path.stem] = (from_onnx_file(path), 120)
     # Checkmate-derived training graphs (Moccasin's benchmark folder): CM2 is ResNet50, and the
     # small ones are those of HiREmate Table 3 whose Checkmate optimum is provable in minutes
     moccasin = {
@@ -191,6 +192,7 @@ def table() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated graph names")
+    ap.add_argument("--graphs", nargs="*", type=Path, default=[], help="more ONNX training graphs")
     ap.add_argument("--reference", default="", help="graphs to also solve flat for the optimum")
     ap.add_argument("--fractions", default="0.7,0.5")
     ap.add_argument("--jobs", type=int, default=1)
@@ -221,7 +223,7 @@ def main() -> None:
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = []
     limits = _limits()
-    for name, (g, limit) in graphs().items():
+    for name, (g, limit) in graphs(args.graphs).items():
         if only and name not in only:
             continue
         limit = args.limit or limit

@@ -620,3 +620,16 @@ def test_a_helper_solver_that_does_not_exist_is_an_input_error(tmp_path: Path, a
     assert res.exit_code == 2, res.output
     assert "is not a solver it can call" in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_greedy_is_the_flat_start_when_the_named_one_finds_none() -> None:
+    """checkpoint-all never recomputes, so at 70% it has no schedule within budget: greedy's is
+    the flat start then (the refined top follows it), not none at all."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.7 * baseline(g).peak_memory)
+    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s.p = s.p | {"flat_start": "checkpoint-all"}
+    s.flat_schedule()
+    assert s.flat_name == "greedy" and s.flat_seq
+    steps = steps_from_sequence(g, s.flat_seq)
+    assert simulate(g, steps).peak_memory <= budget

@@ -335,3 +335,20 @@ def test_a_rescue_start_within_budget_is_never_lost() -> None:
     assert "started from greedy's schedule" in (r.message or "")
     assert s is not None and r.status == "feasible"
     assert simulate(g, s.steps).peak_memory <= budget
+
+
+def test_the_peak_alone_rescue_takes_its_iterations_from_stage_two() -> None:
+    """At a time limit the iteration budget n1 + n2 is all the time there is: the peak-alone
+    rescue (stage 1 above the budget, no hint, no greedy) runs inside stage 2's n2, not beside it
+    (resnet18_b32 at 50%, 60 s: rescue and stage 2 at n2 each outran the limit with nothing)."""
+    from remat_cli import registry
+
+    g = G.unet(depth=3, convs=2, seed=3)
+    budget = int(0.6 * baseline(g).peak_memory)
+    fastsa = registry.get("fastsa")
+    n2 = 40_000
+    params = fastsa.defaults() | {"iterations": 0, "iterations2": n2, "greedy_start": False}
+    res = fastsa.solve(g, budget, SolveOptions(seed=0, workers=1, params=params))
+    assert "annealing the peak alone" in (res.message or "")
+    assert res.steps is not None and simulate(g, res.steps).peak_memory <= budget
+    assert 0 < res.params["iterations_run"] <= n2

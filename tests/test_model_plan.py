@@ -16,10 +16,17 @@ from test_model import first_fit
 from remat_cli import generators
 from remat_cli.cli import main
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import Buffer, buffers_of, greedy_offsets, perturbed_offsets, plan_schedule
+from remat_cli.memory_plan import (
+    Buffer,
+    buffers_of,
+    greedy_offsets,
+    make_plan,
+    perturbed_offsets,
+    plan_schedule,
+)
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import MemoryPlan, PlacedBuffer, baseline_steps, compute, free
-from remat_cli.solvers.model.addresses import PATIENCE, place
+from remat_cli.solvers.model.addresses import PATIENCE, place, repack
 
 
 def chain() -> Graph:
@@ -182,3 +189,67 @@ def test_place_is_optimal_against_brute_force(seed: int) -> None:
         for j, b in enumerate(bufs[:i]):
             if a.start < b.end and b.start < a.end:
                 assert offsets[i] + a.size <= offsets[j] or offsets[j] + b.size <= offsets[i]
+
+
+def _disjoint(bufs: list[Buffer], offsets: list[int]) -> bool:
+    return all(
+        offsets[i] + a.size <= offsets[j] or offsets[j] + b.size <= offsets[i]
+        for i, a in enumerate(bufs)
+        for j, b in enumerate(bufs[:i])
+        if a.start < b.end and b.start < a.end
+    )
+
+
+@pytest.mark.parametrize("seed", [14, 110, 347])
+def test_repack_never_loses_to_its_start_and_repeats_for_a_seed(seed: int) -> None:
+    bufs = random_buffers(seed)
+    greedy = greedy_offsets(bufs, 1)
+    packed = repack(bufs, 1, greedy, seed=0, patience=500)
+    assert _disjoint(bufs, packed)
+    assert optimum(bufs) <= arena_of(bufs, packed) <= arena_of(bufs, greedy)
+    assert repack(bufs, 1, greedy, seed=0, patience=500) == packed
+    if seed == 110:  # greedy 14, the peak 13: the repair reaches it (not on 14 and 347)
+        assert arena_of(bufs, packed) == optimum(bufs) == 13
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repack_never_grows_the_arena(seed: int) -> None:
+    g = generators.random_layered(40, seed=seed)
+    bufs = buffers_of(g, baseline_steps(g))
+    start = greedy_offsets(bufs, 64)
+    packed = repack(bufs, 64, start, seed=seed, patience=200)
+    assert all(o % 64 == 0 for o in packed)
+    assert max(o + -(-b.size // 64) * 64 for o, b in zip(packed, bufs, strict=True)) <= max(
+        o + -(-b.size // 64) * 64 for o, b in zip(start, bufs, strict=True)
+    )
+    check_plan(g, baseline_steps(g), make_plan(bufs, packed, 64))
+
+
+def test_cpsat_stall_rounds_repeat_and_never_pass_the_incumbent() -> None:
+    """Rounds of deterministic time, each from the last one's solution: the same answer twice for
+    a seed, an objective no worse than the warm start's, a bound no higher than the objective."""
+    from ortools.sat.python import cp_model
+
+    from remat_cli.solvers.model import cpsat
+
+    def model() -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
+        rng = np.random.default_rng(3)
+        m = cp_model.CpModel()
+        xs = [m.new_int_var(0, 200, f"x{i}") for i in range(30)]
+        for i in range(29):
+            m.add(xs[i] + int(rng.integers(1, 5)) <= xs[i + 1] + int(rng.integers(0, 9)))
+        m.add_all_different(xs)
+        m.minimize(sum(int(rng.integers(1, 9)) * x for x in xs))
+        for x in xs:
+            m.add_hint(x, 6 * xs.index(x) + 20)
+        return m, xs
+
+    got = []
+    for _ in range(2):
+        m, xs = model()
+        found = cpsat.run(m, 10.0, 1, 5, stall=0.01, incumbent=10**9)
+        assert found is not None
+        solver, optimal, bound = found
+        assert bound <= solver.objective_value and optimal == (bound >= solver.objective_value)
+        got.append([solver.value(x) for x in xs])
+    assert got[0] == got[1]

@@ -18,6 +18,7 @@ from remat_cli.cli import main
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.memory_plan import (
     Buffer,
+    best_fit,
     buffers_of,
     greedy_offsets,
     make_plan,
@@ -168,7 +169,7 @@ def arena_of(buffers: list[Buffer], offsets: list[int]) -> int:
     return max(o + b.size for o, b in zip(offsets, buffers, strict=True))
 
 
-@pytest.mark.parametrize("seed", [14, 110, 347])  # the instances of seeds 0..399 where greedy_offsets misses
+@pytest.mark.parametrize("seed", [14])  # the one instance of seeds 0..399 where greedy_offsets misses
 def test_perturbed_orders_reach_the_optimum_the_fixed_ones_miss(seed: int) -> None:
     bufs = random_buffers(seed)
     greedy = greedy_offsets(bufs, 1)
@@ -200,16 +201,16 @@ def _disjoint(bufs: list[Buffer], offsets: list[int]) -> bool:
     )
 
 
-@pytest.mark.parametrize("seed", [14, 110, 347])
+@pytest.mark.parametrize("seed", [2, 13, 14, 49, 110, 143, 171])  # size order alone misses the optimum
 def test_repack_never_loses_to_its_start_and_repeats_for_a_seed(seed: int) -> None:
     bufs = random_buffers(seed)
-    greedy = greedy_offsets(bufs, 1)
-    packed = repack(bufs, 1, greedy, seed=0, patience=500)
+    by_size = best_fit(bufs, sorted(range(len(bufs)), key=lambda i: -bufs[i].size), 1)
+    packed = repack(bufs, 1, by_size, seed=0, patience=500)
     assert _disjoint(bufs, packed)
-    assert optimum(bufs) <= arena_of(bufs, packed) <= arena_of(bufs, greedy)
-    assert repack(bufs, 1, greedy, seed=0, patience=500) == packed
-    if seed == 110:  # greedy 14, the peak 13: the repair reaches it (not on 14 and 347)
-        assert arena_of(bufs, packed) == optimum(bufs) == 13
+    assert optimum(bufs) <= arena_of(bufs, packed) <= arena_of(bufs, by_size)
+    assert repack(bufs, 1, by_size, seed=0, patience=500) == packed
+    if seed in (2, 49, 110, 143, 171):  # from 1-3 above the optimum to it (13: 29 -> 28 of 24; 14: stays)
+        assert arena_of(bufs, packed) == optimum(bufs)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -253,3 +254,25 @@ def test_cpsat_stall_rounds_repeat_and_never_pass_the_incumbent() -> None:
         assert bound <= solver.objective_value and optimal == (bound >= solver.objective_value)
         got.append([solver.value(x) for x in xs])
     assert got[0] == got[1]
+
+
+def test_breadth_places_the_busiest_step_first() -> None:
+    """Steps by decreasing live bytes, at each the buffers not yet placed by decreasing size."""
+    from remat_cli.memory_plan import breadth_order
+
+    start, end, size = np.array([0, 0, 2, 3]), np.array([2, 4, 4, 4]), np.array([1, 2, 5, 3])
+    # live bytes per step: 3, 3, 7, 10 -> step 3 first (buffers 2, 3, 1), then 2, then 0 (buffer 0)
+    assert breadth_order(start, end, size).tolist() == [2, 3, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_perturbed_breadth_never_grows_and_repeats(seed: int) -> None:
+    from remat_cli.memory_plan import perturbed_breadth
+
+    g = generators.random_layered(40, seed=seed)
+    bufs = buffers_of(g, baseline_steps(g))
+    start = greedy_offsets(bufs, 64)
+    got = perturbed_breadth(bufs, 64, start, 20, seed=seed, patience=10)
+    assert got == perturbed_breadth(bufs, 64, start, 20, seed=seed, patience=10)
+    check_plan(g, baseline_steps(g), make_plan(bufs, got, 64))
+    assert make_plan(bufs, got, 64).arena <= make_plan(bufs, start, 64).arena

@@ -4,8 +4,8 @@ MODeL (Steiner et al., ICML 2023) §4.5 runs a graph inside one preallocated buf
 at its planned offset A_e. This module makes such a plan for *any* remat schedule: every compute
 step allocates one buffer per output (a recomputed value is a new buffer) plus the node's
 workspace for that step, and a `free` step ends the value's current buffer. Resident values
-(inputs, parameters) are not in the arena. Placement: greedy by size with best fit (the offset
-heuristic of TFLite's arena planner, Pisarchyk & Lee 2020, "greedy by size"), tried with five
+(inputs, parameters) are not in the arena. Placement: best fit (the offset heuristic of TFLite's
+arena planner, Pisarchyk & Lee 2020, "greedy by size" and "greedy by breadth"), tried with seven
 orders of the buffers, the smallest arena kept. The exact placement is MODeL's address model in
 `remat_cli.solvers.model.addresses`.
 """

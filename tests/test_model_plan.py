@@ -16,10 +16,18 @@ from test_model import first_fit
 from remat_cli import generators
 from remat_cli.cli import main
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import Buffer, buffers_of, greedy_offsets, perturbed_offsets, plan_schedule
+from remat_cli.memory_plan import (
+    Buffer,
+    best_fit,
+    buffers_of,
+    greedy_offsets,
+    make_plan,
+    perturbed_offsets,
+    plan_schedule,
+)
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import MemoryPlan, PlacedBuffer, baseline_steps, compute, free
-from remat_cli.solvers.model.addresses import PATIENCE, place
+from remat_cli.solvers.model.addresses import PATIENCE, place, repack
 
 
 def chain() -> Graph:
@@ -161,7 +169,7 @@ def arena_of(buffers: list[Buffer], offsets: list[int]) -> int:
     return max(o + b.size for o, b in zip(offsets, buffers, strict=True))
 
 
-@pytest.mark.parametrize("seed", [14, 110, 347])  # the instances of seeds 0..399 where greedy_offsets misses
+@pytest.mark.parametrize("seed", [14])  # the one instance of seeds 0..399 where greedy_offsets misses
 def test_perturbed_orders_reach_the_optimum_the_fixed_ones_miss(seed: int) -> None:
     bufs = random_buffers(seed)
     greedy = greedy_offsets(bufs, 1)
@@ -182,3 +190,89 @@ def test_place_is_optimal_against_brute_force(seed: int) -> None:
         for j, b in enumerate(bufs[:i]):
             if a.start < b.end and b.start < a.end:
                 assert offsets[i] + a.size <= offsets[j] or offsets[j] + b.size <= offsets[i]
+
+
+def _disjoint(bufs: list[Buffer], offsets: list[int]) -> bool:
+    return all(
+        offsets[i] + a.size <= offsets[j] or offsets[j] + b.size <= offsets[i]
+        for i, a in enumerate(bufs)
+        for j, b in enumerate(bufs[:i])
+        if a.start < b.end and b.start < a.end
+    )
+
+
+@pytest.mark.parametrize("seed", [2, 13, 14, 49, 110, 143, 171])  # size order alone misses the optimum
+def test_repack_never_loses_to_its_start_and_repeats_for_a_seed(seed: int) -> None:
+    bufs = random_buffers(seed)
+    by_size = best_fit(bufs, sorted(range(len(bufs)), key=lambda i: -bufs[i].size), 1)
+    packed = repack(bufs, 1, by_size, seed=0, patience=500)
+    assert _disjoint(bufs, packed)
+    assert optimum(bufs) <= arena_of(bufs, packed) <= arena_of(bufs, by_size)
+    assert repack(bufs, 1, by_size, seed=0, patience=500) == packed
+    if seed in (2, 49, 110, 143, 171):  # from 1-3 above the optimum to it (13: 29 -> 28 of 24; 14: stays)
+        assert arena_of(bufs, packed) == optimum(bufs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repack_never_grows_the_arena(seed: int) -> None:
+    g = generators.random_layered(40, seed=seed)
+    bufs = buffers_of(g, baseline_steps(g))
+    start = greedy_offsets(bufs, 64)
+    packed = repack(bufs, 64, start, seed=seed, patience=200)
+    assert all(o % 64 == 0 for o in packed)
+    assert max(o + -(-b.size // 64) * 64 for o, b in zip(packed, bufs, strict=True)) <= max(
+        o + -(-b.size // 64) * 64 for o, b in zip(start, bufs, strict=True)
+    )
+    check_plan(g, baseline_steps(g), make_plan(bufs, packed, 64))
+
+
+def test_cpsat_stall_rounds_repeat_and_never_pass_the_incumbent() -> None:
+    """Rounds of deterministic time, each from the last one's solution: the same answer twice for
+    a seed, an objective no worse than the warm start's, a bound no higher than the objective."""
+    from ortools.sat.python import cp_model
+
+    from remat_cli.solvers.model import cpsat
+
+    def model() -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
+        rng = np.random.default_rng(3)
+        m = cp_model.CpModel()
+        xs = [m.new_int_var(0, 200, f"x{i}") for i in range(30)]
+        for i in range(29):
+            m.add(xs[i] + int(rng.integers(1, 5)) <= xs[i + 1] + int(rng.integers(0, 9)))
+        m.add_all_different(xs)
+        m.minimize(sum(int(rng.integers(1, 9)) * x for x in xs))
+        for x in xs:
+            m.add_hint(x, 6 * xs.index(x) + 20)
+        return m, xs
+
+    got = []
+    for _ in range(2):
+        m, xs = model()
+        found = cpsat.run(m, 10.0, 1, 5, stall=0.01, incumbent=10**9)
+        assert found is not None
+        solver, optimal, bound = found
+        assert bound <= solver.objective_value and optimal == (bound >= solver.objective_value)
+        got.append([solver.value(x) for x in xs])
+    assert got[0] == got[1]
+
+
+def test_breadth_places_the_busiest_step_first() -> None:
+    """Steps by decreasing live bytes, at each the buffers not yet placed by decreasing size."""
+    from remat_cli.memory_plan import breadth_order
+
+    start, end, size = np.array([0, 0, 2, 3]), np.array([2, 4, 4, 4]), np.array([1, 2, 5, 3])
+    # live bytes per step: 3, 3, 7, 10 -> step 3 first (buffers 2, 3, 1), then 2, then 0 (buffer 0)
+    assert breadth_order(start, end, size).tolist() == [2, 3, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_perturbed_breadth_never_grows_and_repeats(seed: int) -> None:
+    from remat_cli.memory_plan import perturbed_breadth
+
+    g = generators.random_layered(40, seed=seed)
+    bufs = buffers_of(g, baseline_steps(g))
+    start = greedy_offsets(bufs, 64)
+    got = perturbed_breadth(bufs, 64, start, 20, seed=seed, patience=10)
+    assert got == perturbed_breadth(bufs, 64, start, 20, seed=seed, patience=10)
+    check_plan(g, baseline_steps(g), make_plan(bufs, got, 64))
+    assert make_plan(bufs, got, 64).arena <= make_plan(bufs, start, 64).arena

@@ -40,8 +40,8 @@ from remat_cli.schedule import simulate
     type=float,
     default=0.0,
     show_default=True,
-    help="Seconds for perturbed best fit, the big buffers placed exactly first and MODeL's exact address "
-    "model (CP-SAT) after the greedy best fit; 0 = greedy only.",
+    help="Seconds for perturbed best fit (size and breadth orders), the big buffers placed exactly first, "
+    "ruin and recreate and MODeL's exact address model (CP-SAT) after the greedy best fit; 0 = greedy only.",
 )
 @graph_options
 @friendly_errors
@@ -56,8 +56,8 @@ def plan(
     cost: str,
 ) -> None:
     """Give every buffer of SCHEDULE an offset in one arena (each production of a value is its own
-    buffer; resident inputs and parameters stay outside). Greedy-by-size best fit, then, with
-    --time-limit, perturbed best fit and MODeL's address model with the order fixed."""
+    buffer; resident inputs and parameters stay outside). Best fit in seven buffer orders, then, with
+    --time-limit, perturbed best fit, ruin and recreate and MODeL's address model with the order fixed."""
     if alignment < 1:
         raise BadInput("--alignment must be at least 1")
     g = read_graph(graph_path, input_shapes, batch, cost)

@@ -40,8 +40,10 @@ def solve_joint(
     workers: int,
     seed: int,
     gap: float = 0.0,
+    stall: float | None = None,
 ) -> JointResult | None:
-    """Minimise the arena over orders and offsets, warm-started from a full solution."""
+    """Minimise the arena over orders and offsets, warm-started from a full solution; `stall`:
+    CP-SAT's rounds of deterministic time (`cpsat.run`)."""
     m = cp_model.CpModel()
     v = order_vars(m, p)
     top = start_arena // alignment
@@ -64,14 +66,14 @@ def solve_joint(
     m.add_cumulative(xs, sizes, arena)  # redundant: the order-only relaxation (§5.5)
     m.minimize(arena)
     hint_order(m, v, start_order)
-    got = cpsat.run(m, time_limit, workers, seed, gap)
+    got = cpsat.run(m, time_limit, workers, seed, gap, stall, incumbent=top)
     if got is None:
         return None
-    solver, optimal = got
+    solver, optimal, bound = got
     return JointResult(
         decode(solver, v),
         cpsat.offsets(solver, a_vars, alignment),
         solver.value(arena) * alignment,
-        int(round(solver.best_objective_bound)) * alignment,
+        int(round(bound)) * alignment,
         optimal,
     )

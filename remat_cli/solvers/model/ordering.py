@@ -179,10 +179,12 @@ def solve_order(
     seed: int,
     floor: int = 0,
     gap: float = 0.0,
+    stall: float | None = None,
 ) -> OrderResult:
     """Minimise the fragmentation-free peak over all orders, warm-started from `start`.
 
-    `floor` is a known lower bound (e.g. the largest working set) that seeds the peak's domain.
+    `floor` is a known lower bound (e.g. the largest working set) that seeds the peak's domain;
+    `stall`: CP-SAT's rounds of deterministic time (`cpsat.run`).
     """
     start_peak = p.peak(start)
     if start_peak <= floor or len(p) <= 1:
@@ -196,13 +198,13 @@ def solve_order(
     m.add_cumulative([iv for iv, _ in live], [s for _, s in live], peak)
     m.minimize(peak)
     hint_order(m, v, start)
-    got = cpsat.run(m, time_limit, workers, seed, gap)
-    if got is None:
+    found = cpsat.run(m, time_limit, workers, seed, gap, stall, incumbent=start_peak)
+    if found is None:
         return OrderResult(start, start_peak, floor, False)
-    solver, _ = got
+    solver, _, best_bound = found
     order = decode(solver, v)
     got = p.peak(order)
-    bound = int(solver.best_objective_bound)
+    bound = int(best_bound)
     if got > start_peak:  # cannot happen (the peak's domain ends at start_peak); keep the start
         order, got = start, start_peak
     return OrderResult(order, got, min(max(bound, floor), got), got <= bound)

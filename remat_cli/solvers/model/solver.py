@@ -16,8 +16,9 @@ recomputation, in three stages sharing the time limit:
 2. §4.3 addresses (`addresses.py`): greedy best fit for each candidate order (the order
    stage's, the program's, the start), then the placement heuristics (perturbed best fit, the
    big buffers placed exactly first) on each whose peak is below the best arena; when that is
-   above the bound, a walk over orders of that peak towards a tighter greedy placement
-   (`plateau.py`, not in the paper), then once, on the best order, the exact engine (CP-SAT
+   above the bound, ruin and recreate on the best one (`addresses.repack`), a walk over orders
+   of that peak towards a tighter greedy placement (`plateau.py`, not in the paper), then once,
+   on the best order, ruin and recreate again and the exact engine (CP-SAT
    ``AddNoOverlap2D``). Each step is skipped once the arena is within --gap of the bound, and
    the heuristics and the walk stop on counts of fruitless tries, not on shares of the time
    limit: on the shipped ResNet step and the exported transformer and VGG-11 steps (b32) the
@@ -34,6 +35,12 @@ need one position per operator and one box per tensor, and the cumulative relaxa
 the fragmentation-free peak at once. Measured (bench/model.py, loaded 2-core machine): with the
 order fixed, CP-SAT proved torch_mlp_train's arena optimal in 0.45 s where the MILP on HiGHS
 had not improved the greedy start after 20 s (see `addresses.py`).
+
+Every CP-SAT model stops on a stall (`cpsat.run`: rounds of deterministic time, so a seed
+repeats, while each finds a smaller objective), not only on the time limit: on ResNet-18 b32
+the order model had spent 22 of 30 s without passing its warm start, leaving the placement
+1.3 s; with the stall it stops after 8 s and the arena drops from 1.09% to 0.78% above the
+order's peak.
 
 Status "optimal" means the arena equals a proven lower bound (`bound.py`'s cuts, the order-only
 CP-SAT bound, or the joint model's own); `--gap` (default 1e-4) ends the search earlier, with
@@ -52,7 +59,7 @@ from remat_cli.graph import Graph
 from remat_cli.memory_plan import Buffer, align, arena_of, arena_peak, buffers_of, greedy_offsets, make_plan
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.model.addresses import ENGINES, place
+from remat_cli.solvers.model.addresses import ENGINES, place, repack
 from remat_cli.solvers.model.bound import cut_bound
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
@@ -63,6 +70,12 @@ DEFAULT_TIME_LIMIT = 60.0
 #: program (9) is built only up to this many tensors: on torch_resnet_train (629 tensors) CP-SAT's
 #: presolve of the joint model alone ran ~80 s past an 18 s limit on the loaded 2-core machine
 JOINT_MAX_TENSORS = 400
+#: CP-SAT's stall rounds (`cpsat.run`) in units of deterministic time per second of the solve's
+#: time limit (the limit, not the time left, so that a seed repeats): with a 30 s limit 1.0 for the
+#: order model (about 5 s on ResNet-18 b32, loaded 2-core machine), 0.6 for the address model
+#: (about 7 s on VGG-11 b1, where its last solution came at 8.5 s of 14) and 3.0 for program (9)
+#: (whose presolve and warm start take about 2 of them on VGG-11 b1)
+ORDER_STALL, ADDRESS_STALL, JOINT_STALL = 1 / 30, 1 / 60, 1 / 10
 
 
 class Model(Solver):
@@ -114,6 +127,8 @@ class Model(Solver):
         program = list(range(len(p)))
         floor = _floor(p, alignment)
         workers, seed, gap = options.workers, options.seed, float(prm["gap"])
+        per_second = DEFAULT_TIME_LIMIT if options.time_limit is None else options.time_limit
+        order_stall, address_stall = ORDER_STALL * per_second, ADDRESS_STALL * per_second
 
         def open_gap(objective: int, bound: int) -> bool:
             return objective > bound * (1 + gap) and left() > 0
@@ -140,7 +155,7 @@ class Model(Solver):
 
         if prm["order_only"]:
             start, floor = self._order_start(p, options, floor, deadline)
-            r = solve_order(p, start, left(), workers, seed, floor, gap)
+            r = solve_order(p, start, left(), workers, seed, floor, gap, order_stall)
             steps = self._steps(p, r.order)
             return result(
                 steps,
@@ -157,7 +172,9 @@ class Model(Solver):
         if prm["fixed_order"]:
             steps = self._steps(p, program)
             bufs = buffers_of(graph, steps)
-            offsets, arena, bound, optimal = place(bufs, alignment, left(), workers, seed, engine, gap)
+            offsets, arena, bound, optimal = place(
+                bufs, alignment, left(), workers, seed, engine, gap, stall=address_stall
+            )
             return result(
                 steps,
                 arena,
@@ -172,7 +189,7 @@ class Model(Solver):
         start, floor = self._order_start(p, options, floor, deadline)
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
-        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap)
+        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None
@@ -201,6 +218,13 @@ class Model(Solver):
             if open_gap(best[0], bound) and arena_peak(bufs, alignment) < best[0]:
                 placed, _, _, _ = place(bufs, alignment, left(0.1), workers, seed, engine, gap, exact=False)
                 keep(order, bufs, placed)
+        if open_gap(best[0], bound):
+            # ruin and recreate on the best order before the walk, which starts from a plain best
+            # fit: on ResNet-18 b32 that start is 1.39% above the peak, the incumbent 1.09%, and
+            # 9.5 s of walking never came back to it, where repacking reached 0.78% in 10 s
+            _, order, bufs, offs = best
+            deadline_repack = time.monotonic() + left(0.4)
+            keep(order, bufs, repack(bufs, alignment, offs, seed, deadline_repack, gap))
         options.incumbent(self._steps(p, best[1]))
         options.progress(arena=resident + best[0], bound=resident + bound)
         if open_gap(best[0], bound):  # orders of that peak whose placement is tighter
@@ -222,14 +246,28 @@ class Model(Solver):
         options.incumbent(self._steps(p, order))
         options.progress(arena=resident + arena, bound=resident + bound)
         if open_gap(arena, bound):
-            placed, placed_arena, _, _ = place(bufs, alignment, left(0.5), workers, seed, engine, gap)
+            placed, placed_arena, _, _ = place(
+                bufs, alignment, left(0.5), workers, seed, engine, gap, stall=address_stall, start=offs
+            )
             if placed_arena < arena:
                 best = (placed_arena, order, bufs, placed)
         arena, order, bufs, offs = best
         # 3. program (9) when a gap remains
         if open_gap(arena, bound) and left() > 0.5 and joint:
             start_offsets = p.by_tensor(offs, bufs)
-            j = solve_joint(p, alignment, order, start_offsets, arena, bound, left(), workers, seed, gap)
+            j = solve_joint(
+                p,
+                alignment,
+                order,
+                start_offsets,
+                arena,
+                bound,
+                left(),
+                workers,
+                seed,
+                gap,
+                JOINT_STALL * per_second,
+            )
             if j is not None:
                 bound = max(bound, j.bound)
                 if j.arena < arena:

@@ -13,7 +13,7 @@ orders of the buffers, the smallest arena kept. The exact placement is MODeL's a
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,20 +153,12 @@ def perturbed_breadth(
     rng = np.random.default_rng(seed)
     start_, end, size = _arrays(buffers, alignment)
     horizon = int(max(end.max(), start_.max() + 1)) if buffers else 0
-    best, best_arena = list(start), arena_of(buffers, start, alignment)
-    stale = 0
-    for _ in range(count if buffers else 0):
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        if patience is not None and stale >= patience:
-            break
-        stale += 1
+
+    def draw() -> list[int]:
         order = breadth_order(start_, end, size, np.exp(rng.normal(0.0, 0.01, horizon)))
-        offsets = best_fit_arrays(start_, end, size, order.tolist()).tolist()
-        arena = arena_of(buffers, offsets, alignment)
-        if arena < best_arena:
-            best, best_arena, stale = offsets, arena, 0
-    return best
+        return best_fit_arrays(start_, end, size, order.tolist()).tolist()  # type: ignore[no-any-return]
+
+    return _best_of_draws(buffers, alignment, start, count if buffers else 0, draw, deadline, patience)
 
 
 def perturbed_offsets(
@@ -188,8 +180,27 @@ def perturbed_offsets(
     same for a seed)."""
     rng = np.random.default_rng(seed)
     size = np.array([align(b.size, alignment) for b in buffers], dtype=np.float64)
-    best, best_arena = list(start), arena_of(buffers, start, alignment)
     free = [i for i in range(len(buffers)) if not fixed or i not in fixed]
+
+    def draw() -> list[int]:
+        key = -size[free] * np.exp(rng.normal(0.0, 0.5, len(free)))
+        return best_fit(buffers, [free[k] for k in np.argsort(key, kind="stable")], alignment, fixed)
+
+    return _best_of_draws(buffers, alignment, start, count, draw, deadline, patience)
+
+
+def _best_of_draws(
+    buffers: Sequence[Buffer],
+    alignment: int,
+    start: list[int],
+    count: int,
+    draw: Callable[[], list[int]],
+    deadline: float | None,
+    patience: int | None,
+) -> list[int]:
+    """The smallest arena of `start` and up to `count` offsets from `draw`, stopping at
+    `deadline` (time.monotonic()) or after `patience` draws in a row without a smaller one."""
+    best, best_arena = list(start), arena_of(buffers, start, alignment)
     stale = 0
     for _ in range(count):
         if deadline is not None and time.monotonic() > deadline:
@@ -197,9 +208,7 @@ def perturbed_offsets(
         if patience is not None and stale >= patience:
             break
         stale += 1
-        key = -size[free] * np.exp(rng.normal(0.0, 0.5, len(free)))
-        order = [free[k] for k in np.argsort(key, kind="stable")]
-        offsets = best_fit(buffers, order, alignment, fixed)
+        offsets = draw()
         arena = arena_of(buffers, offsets, alignment)
         if arena < best_arena:
             best, best_arena, stale = offsets, arena, 0

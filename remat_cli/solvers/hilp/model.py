@@ -260,7 +260,6 @@ def hilp_model(
     corrections: bool = False,
     kept_budget: int | None = None,
     deadline: float | None = None,
-    integral: bool = False,
 ) -> tuple[LinearModel, dict[tuple[int, int, int], int]]:
     """The H-ILP of App. B.2-B.3 for `inst` under `budget` (bytes, scaled by their gcd).
 
@@ -268,17 +267,11 @@ def hilp_model(
     before B_j with its phantom in memory, to recompute its outputs; every schedule the paper's
     rows allow is still allowed.
 
-    Variables (binary): R^t_{k,o}, P^t_d, Sp^t_{j,o}, C^t_d, D^t_{k,d}. Every data node here
+    Variables (all binary): R^t_{k,o}, P^t_d, Sp^t_{j,o}, C^t_d, D^t_{k,d}. Every data node here
     has one producer, so S^t_{k,d} coincides with P^t_d (with a single contribution, "d holds
     k's contribution" and "d is in memory" are the same event) and is not duplicated.
-    U^t_k (memory in use after node k of phase t, eq. 10's left side without k's own terms) is
-    a variable of its own, as in the paper, defined from U^t_{k-1} by one row: written out in
-    every memory row instead, each row held all of phase t's data nodes, and the refined top of
-    torch_resnet_train (72 compute nodes) had 9.3 M nonzeros, HiGHS's presolve alone outlasting
-    its share. U is continuous (its rows make it integral), integer when ``integral`` (CP-SAT).
-    Returns the model and the column of each R^t_{k,o} keyed (t, k, o); a vector over the
-    binaries gets its U from :func:`fill_memory`. OutOfTime once the wall clock passes
-    `deadline` (epoch seconds)."""
+    Returns the model and the column of each R^t_{k,o} keyed (t, k, o). OutOfTime once the
+    wall clock passes `deadline` (epoch seconds)."""
 
     def tick() -> None:
         if deadline is not None and time.time() > deadline:
@@ -349,12 +342,6 @@ def hilp_model(
                     D[(t, k, d)] = var()
     m = LinearModel("hilp")
     m.add_vars(len(cost), lb=0.0, ub=1.0, integer=True, cost=np.array(cost))
-    # U^t_k after the binaries; bounded by all bytes at once, either sign (an LP point may
-    # delete more than it holds)
-    total = sum(s_d) + sum(sc(p) for it in items for p in it.phantom)
-    first_u = m.num_vars
-    m.add_vars(T * (T + 1) // 2, lb=-float(total), ub=float(total), integer=integral)
-    U = {tk: first_u + i for i, tk in enumerate((t, k) for t in range(T) for k in range(t + 1))}
     rows = _Rows()
     inf = math.inf
 
@@ -448,37 +435,34 @@ def hilp_model(
                 pj = sc(items[f].phantom[o])
                 if pj:
                     base.append((Sp.get((t, j, o)), float(pj)))
+        acc = list(base)
         for k in range(t + 1):
             it = items[k]
-            # U^t_k = U^t_{k-1} (the phase's base for k = 0) + what k adds, less what it deletes
-            mem: list[tuple[int | None, float]] = list(base) if k == 0 else [(U[(t, k - 1)], 1.0)]
             for d in it.outs:
                 if s_d[d]:
-                    mem.append((C[(t, d)], float(s_d[d])))
+                    acc.append((C[(t, d)], float(s_d[d])))
             del_d = [d for d in range(nd) if (t, k, d) in D and s_d[d]]
             dels = [(D[(t, k, d)], float(s_d[d])) for d in del_d]
-            mem.extend((c, -v) for c, v in dels)
+            acc.extend((c, -v) for c, v in dels)
             if it.kind == "F":
                 for o in range(len(it.seqs)):
                     pj = sc(it.phantom[o])
                     if pj:
-                        mem.append((R[(t, k, o)], float(pj)))
+                        acc.append((R[(t, k, o)], float(pj)))
             elif it.kind == "B":
                 j = it.unit
                 f = inst.layer_of[j][0]
                 for o in range(len(it.seqs)):
                     pj = sc(it.phantom[o])
                     if pj:
-                        mem.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
-            rows.add([*mem, (U[(t, k)], -1.0)], 0.0, 0.0)
-            mem = [(U[(t, k)], 1.0)]
+                        acc.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
             over = [(R[(t, k, o)], float(sc(it.m[o]))) for o in range(len(it.seqs)) if it.m[o]]
             mem_rows.append((len(rows.lb), t, k))
             if kept_budget is not None and k == inst.loss and t == inst.loss:
                 # what the forward part leaves for the backward part (the layer's phantom)
-                rows.add([*mem], -inf, float(kept_budget // g))
+                rows.add([*acc], -inf, float(kept_budget // g))
             if not (corrections and any(len(sq) > 1 for sq in it.seqs)):
-                rows.add([*mem, *over, *dels], -inf, float(B))  # (10)
+                rows.add([*acc, *over, *dels], -inf, float(B))  # (10)
             else:
                 # App. B.3 correction terms, in place of (10): one row per option and per class
                 # of sub-steps, the inputs no sub-step from i on reads being deleted early
@@ -486,31 +470,14 @@ def hilp_model(
                     for excess, done in it.corr[o]:
                         freed = {inst.data[v] for v in done if v in inst.data}
                         keep = [(c, v) for (c, v), d in zip(dels, del_d, strict=True) if d not in freed]
-                        rows.add([*mem, (R[(t, k, o)], float(sc(excess))), *keep], -inf, float(B))
+                        rows.add([*acc, (R[(t, k, o)], float(sc(excess))), *keep], -inf, float(B))
     first = m.num_constraints
     rows.flush(m)
     m.mem_rows = [(first + r, t, k) for r, t, k in mem_rows]  # type: ignore[attr-defined]
     m.mem_scale = g  # type: ignore[attr-defined]
     m.mem_budget = float(B)  # type: ignore[attr-defined]
     m.var_maps = (R, P, Sp, C, D)  # type: ignore[attr-defined]
-    m.memory_vars = (first_u, first + np.array([r for r, _, _ in mem_rows]) - 1)  # type: ignore[attr-defined]
     return m, R
-
-
-def fill_memory(model: LinearModel, x: np.ndarray) -> np.ndarray:
-    """`x` with its U^t_k set from its binaries (in place; returned). U^t_k's row reads
-    U^t_{k-1} + delta - U^t_k = 0, so with every U at zero the rows give the deltas, and U is
-    their running sum within each phase (the columns go phase by phase, k ascending)."""
-    first_u, def_rows = model.memory_vars  # type: ignore[attr-defined]
-    if not hasattr(model, "u_rows"):
-        model.u_rows = model.matrix()[def_rows]  # type: ignore[attr-defined]
-    x[first_u:] = 0.0
-    delta = model.u_rows @ x  # type: ignore[attr-defined]
-    at = 0
-    for t in range(int(round((math.sqrt(8 * len(delta) + 1) - 1) / 2))):
-        x[first_u + at : first_u + at + t + 1] = np.cumsum(delta[at : at + t + 1])
-        at += t + 1
-    return x
 
 
 def decode(inst: Instance, x: np.ndarray, R: dict[tuple[int, int, int], int]) -> list[tuple[int, int]]:

@@ -82,9 +82,7 @@ def solve_instance(
     # building the model and its start must not outlast the end of the ILP work either: a top
     # level the H-Partition could not shrink takes minutes to build (RL n500: 310 items, 170 s)
     try:
-        model, R = hilp_model(
-            inst, budget, corrections, kept_budget, deadline=deadline, integral=backend == "cpsat"
-        )
+        model, R = hilp_model(inst, budget, corrections, kept_budget, deadline=deadline)
         hint = sequential_hint(inst, model, prefer)
         if hint is None:
             hint = recompute_hint(inst, model, budget, deadline=deadline)
@@ -95,9 +93,7 @@ def solve_instance(
                 # B.3's correction terms bound a compute node's sub-steps from above): the
                 # instance is posed under the budget the start needs, and every schedule it
                 # gives is checked by the simulator against the real one (solve_top)
-                model, R = hilp_model(
-                    inst, need, corrections, kept_budget, deadline=deadline, integral=backend == "cpsat"
-                )
+                model, R = hilp_model(inst, need, corrections, kept_budget, deadline=deadline)
                 fh, _ = flat_hint(inst, model, flat, prefer)
             if fh is not None and (hint is None or model.objective(fh) < model.objective(hint)):
                 hint = fh
@@ -122,10 +118,6 @@ def solve_instance(
         rel_gap=gap,
         engine_options=engine_options,
         hint=hint,
-        # HiGHS can stay a minute in native code past its own limit (after the root cut loop of
-        # torch_resnet_train's refined top at 70%: 94-104 s on a 40 s limit): killed 1 s after
-        # the end of the ILP work, what it found is lost and the start stands
-        hard_deadline=None if deadline is None else time.monotonic() + max(0.0, deadline - time.time()) + 1.0,
     )
     res = milp_solve(model, settings)
     status = res.status

@@ -90,7 +90,7 @@ def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
         )
     ]
     if buffers:
-        orders.append(breadth_order(*_arrays(buffers, alignment)).tolist())
+        orders.append(breadth_order(*buffer_arrays(buffers, alignment)).tolist())
         # the buffers kept to the end (a training step's weight gradients) first, stacked in the
         # order they are made, then the others by size with later end first: exported ResNet-50
         # b1, whose peak is the gradients at the end, 1.06% above the peak (the others 2.6-53%)
@@ -108,7 +108,7 @@ def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
     return best or []
 
 
-def _arrays(buffers: Sequence[Buffer], alignment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def buffer_arrays(buffers: Sequence[Buffer], alignment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Starts, ends and aligned sizes of `buffers` as int64 arrays."""
     start = np.array([b.start for b in buffers], dtype=np.int64)
     end = np.array([b.end for b in buffers], dtype=np.int64)
@@ -151,7 +151,7 @@ def perturbed_breadth(
     exported ResNet-50 step (batch 32) breadth alone is 1.00% above the peak, size orders 1.5-2%,
     and the best of 20 such draws 0.88%. Stops like `perturbed_offsets`."""
     rng = np.random.default_rng(seed)
-    start_, end, size = _arrays(buffers, alignment)
+    start_, end, size = buffer_arrays(buffers, alignment)
     horizon = int(max(end.max(), start_.max() + 1)) if buffers else 0
 
     def draw() -> list[int]:
@@ -224,10 +224,7 @@ def best_fit(
     buffers: Sequence[Buffer], order: list[int], alignment: int, fixed: dict[int, int] | None = None
 ) -> list[int]:
     """Offsets by best fit, placing the buffers in `order` (`fixed`: offsets already given)."""
-    start = np.array([b.start for b in buffers], dtype=np.int64)
-    end = np.array([b.end for b in buffers], dtype=np.int64)
-    size = np.array([align(b.size, alignment) for b in buffers], dtype=np.int64)
-    return best_fit_arrays(start, end, size, order, fixed).tolist()
+    return best_fit_arrays(*buffer_arrays(buffers, alignment), order, fixed).tolist()
 
 
 def best_fit_arrays(

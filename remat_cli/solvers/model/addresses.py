@@ -55,6 +55,7 @@ from remat_cli.memory_plan import (
     arena_of,
     arena_peak,
     best_fit,
+    buffer_arrays,
     greedy_offsets,
     perturbed_breadth,
     perturbed_offsets,
@@ -185,9 +186,7 @@ def repack(
     from remat_cli.best_fit import best_fit_kernel
 
     n = len(buffers)
-    start = np.array([b.start for b in buffers], dtype=np.int64)
-    end = np.array([b.end for b in buffers], dtype=np.int64)
-    size = np.array([align(b.size, alignment) for b in buffers], dtype=np.int64)
+    start, end, size = buffer_arrays(buffers, alignment)
     off = np.asarray(offsets, dtype=np.int64)
     if n < 2:
         return off.tolist()

@@ -5,6 +5,7 @@ message that says which engine ran and why."""
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import numpy as np
 import pytest
@@ -132,3 +133,42 @@ def test_pdlp_point_and_lagrangian_bounds() -> None:
         assert lagrangian_bound(m, y) <= lp.objective + 1e-9
     with pytest.raises(EngineError):  # PDLP solves LP relaxations only, and nothing else may run
         solve(m, EngineSettings(backend="pdlp", auto_order=("pdlp",)))
+
+
+def _market_split(m: int = 4, n: int = 30, seed: int = 0) -> LinearModel:
+    """Cornuéjols-Dawande market split: m equalities over n binaries with slack, hard for branch
+    and bound (HiGHS had not closed its gap after 30 s)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 100, size=(m, n))
+    model = LinearModel("market-split")
+    model.add_vars(n, lb=0, ub=1, integer=True, cost=0.0)
+    model.add_vars(2 * m, lb=0, ub=1e4, integer=False, cost=1.0)
+    rows, cols, vals = [], [], []
+    for i in range(m):
+        rows += [i] * (n + 2)
+        cols += [*range(n), n + 2 * i, n + 2 * i + 1]
+        vals += [*a[i].astype(float), 1.0, -1.0]
+    rhs = np.floor(a.sum(axis=1) / 2)
+    model.add_constraints(rows, cols, vals, rhs, rhs)
+    return model
+
+
+def test_a_hard_deadline_kills_the_engine() -> None:
+    """With ``hard_deadline`` the engine runs in a child process that is killed then, whatever
+    its own time limit: the result is "unknown", without a solution, and says so."""
+    res = solve(
+        _market_split(),
+        EngineSettings(backend="highs", time_limit=600, rel_gap=0, hard_deadline=time.monotonic() + 1.0),
+    )
+    assert res.status == "unknown" and res.x is None
+    assert "killed at the hard deadline" in res.message
+
+
+def test_a_hard_deadline_keeps_a_result_in_time() -> None:
+    """A solve that ends before the hard deadline returns its result from the child unchanged."""
+    model = _market_split(m=1, n=8)
+    plain = solve(model, EngineSettings(backend="highs", rel_gap=0))
+    child = solve(model, EngineSettings(backend="highs", rel_gap=0, hard_deadline=time.monotonic() + 60))
+    assert child.status == plain.status == "optimal"
+    assert child.objective == pytest.approx(plain.objective)
+    assert model.violation(child.x) < 1e-6

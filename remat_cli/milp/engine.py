@@ -35,7 +35,8 @@ API
     ``elapsed``, ``objective``, ``bound``, ``gap`` (HiGHS: parsed from its log lines),
     ``lp_algorithm`` (relax only: ``primal``, ``dual``, ``barrier``, ``first_order``),
     ``engine_options`` (per backend: ``{"highs": {"mip_heuristic_effort": 0.3}}`` — HiGHS option
-    names, SCIP parameter paths, CP-SAT SatParameters fields, Gurobi parameter names), ``on_log`` (engine log lines).
+    names, SCIP parameter paths, CP-SAT SatParameters fields, Gurobi parameter names), ``on_log`` (engine log lines),
+    ``hard_deadline`` (time.monotonic(): the engine runs in a forked process killed then).
 
 ``solve(model, settings) -> MilpResult``
     ``status``: ``optimal`` (proved within ``rel_gap``), ``feasible`` (a solution, limit hit),
@@ -61,6 +62,8 @@ backends, picks one (:func:`solve`) and re-exports the names above.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 
 from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, _gurobi_status, _solve_gurobi
@@ -153,7 +156,9 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
             continue
         left = None if s.time_limit is None else max(0.0, s.time_limit - (time.monotonic() - t0))
         try:
-            if b == "gurobi":
+            if _killable(s):
+                res = _solve_in_child(model, s, b, left)
+            elif b == "gurobi":
                 res = _solve_gurobi(model, s, left)
             else:
                 res = _solve_mathopt(model, s, b, left)
@@ -165,3 +170,60 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
         res.seconds = time.monotonic() - t0
         return res
     raise EngineError("no MILP engine could run the model: " + "; ".join(notes))
+
+
+def _killable(s: EngineSettings) -> bool:
+    """Whether the solve runs in a child process killed at ``s.hard_deadline``: callbacks would
+    fire in the child, so they keep the solve in this process, and a daemonic process (e.g. a
+    portfolio member) may not have children."""
+    return (
+        s.hard_deadline is not None
+        and hasattr(os, "fork")
+        and not multiprocessing.current_process().daemon
+        and s.on_solution is None
+        and s.on_progress is None
+        and s.on_log is None
+    )
+
+
+def _solve_in_child(model: LinearModel, s: EngineSettings, backend: str, left: float | None) -> MilpResult:
+    """The solve in a forked process, killed at ``s.hard_deadline`` (then "unknown", no solution)."""
+    assert s.hard_deadline is not None
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            res = (
+                _solve_gurobi(model, s, left)
+                if backend == "gurobi"
+                else _solve_mathopt(model, s, backend, left)
+            )
+            send.send(("ok", res))
+        except EngineError as e:
+            send.send(("engine", str(e)))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the parent
+            send.send(("error", RuntimeError(f"{type(e).__name__}: {e}")))
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if recv.poll(max(0.0, s.hard_deadline - time.monotonic())):
+            kind, payload = recv.recv()
+        else:
+            kind, payload = "killed", None
+    except EOFError:
+        kind, payload = "error", RuntimeError("the engine's process ended without a result")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        recv.close()
+    if kind == "ok":
+        return payload  # type: ignore[no-any-return]
+    if kind == "engine":
+        raise EngineError(payload)
+    if kind == "error":
+        raise payload
+    return MilpResult(status="unknown", backend=backend, message=f"{backend} killed at the hard deadline")

@@ -189,6 +189,10 @@ class EngineSettings:
     engine_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: extra engine log lines go here (None: dropped)
     on_log: Callable[[str], None] | None = None
+    #: time.monotonic() by which the solve returns whatever happens: the engine then runs in a
+    #: forked process that is killed there (HiGHS can spend a minute in native code past its own
+    #: limit), the result being "unknown" with no solution. Ignored with callbacks or without fork
+    hard_deadline: float | None = None
 
 
 @dataclass

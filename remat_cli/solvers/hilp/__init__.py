@@ -47,8 +47,9 @@ How the pieces fit:
   largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
   compute nodes) is solved after the top, with half the top's nominal time (the overall
   deadline still holds), and the cheaper schedule counts.
-- **Flat start (issue 18).** A whole-graph solver (``flat_start``, fastsa by default) runs first,
-  within a quarter of the limit. Where its schedule is within budget, the refined top is cut
+- **Flat start (issue 18).** Whole-graph solvers (``flat_start``: fastsa, run as it runs alone
+  with the whole limit, then moccasin with a tenth of it) run first; the cheapest schedule
+  within budget is the flat start. The refined top is cut
   along it instead of where the memory is (:func:`follow`): a unit that schedule runs in
   separate stretches, or in whose stretch it recomputes something, is replaced by its pieces,
   pieces are cut around what it recomputes, and neighbouring pieces it runs once merge back
@@ -60,6 +61,9 @@ How the pieces fit:
   training exports, where the hierarchy's own grouping held the H-ILP at 2-37x fastsa's
   overhead, its own schedule is now no worse than that start; within 60 s on 2 cores the
   engine did not improve on the start there (HiGHS does not finish the root of a 72-node top).
+  A start is an H-ILP schedule, so it is the refined top's result when that top's model cannot
+  be built or solved in time, or when following the schedule needs more than twice its cap
+  (then the old refined top is solved instead), as a MIP engine returns its start.
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
   (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
   process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one

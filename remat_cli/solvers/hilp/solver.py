@@ -34,8 +34,16 @@ from remat_cli.solvers.hilp.units import (
 #: the refined top (units replaced by their pieces where the memory is) has at most this many
 #: times M^t compute nodes
 FINER_TOP = 3
-#: share of the time limit for the whole-graph solver of ``flat_start`` (at least 5 s)
-FLAT_SHARE = 0.25
+#: nominal share of the time limit for the whole-graph solvers of ``flat_start``: the hierarchy's
+#: nominal shares are taken of the rest (:meth:`_Solve.span`). fastsa runs as it would alone
+#: with the whole limit (its iteration budget and its own clock check), so that the H-ILP starts
+#: where fastsa alone ends (issue 18: with a quarter of the limit's iterations,
+#: torch_resnet_train at 70% started from 1.24% where fastsa alone ends at 0.36%); on one core
+#: it used 12 s of 60 on the ONNX exports of 371-627 nodes
+FLAT_SHARE = 0.3
+#: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
+#: one worker)
+FLAT_OTHER = 0.1
 #: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
 TOP_OPTIONS = 6
 
@@ -95,12 +103,15 @@ class HILP(Solver):
         Param(
             "flat_start",
             str,
-            "fastsa",
-            "whole-graph solver run first (a quarter of the limit) whose schedule, within budget, "
-            "the refined top is cut along and starts from, and which gives every top-level layer "
-            "one more option (empty: none; issue 18: on the ONNX training graphs at 50% and 70% "
-            "the H-ILP's own schedule went from 2-37x fastsa's overhead to fastsa's at a quarter "
-            "of the time, e.g. torch_unet_train at 50% 310% -> 8.3%)",
+            "fastsa,moccasin",
+            "whole-graph solvers run first, comma-separated (fastsa as it runs alone in the whole "
+            "limit, about a fifth of it; each other one 10% of the limit); the "
+            "cheapest schedule within budget is the one the refined top is cut along and starts "
+            "from, and gives every top-level layer one more option (empty: none; issue 18: on "
+            "the ONNX training graphs at 50% and 70% the H-ILP's own schedule went from 2-37x "
+            "fastsa's overhead to fastsa's, e.g. torch_unet_train at 50% 310% -> 8.3%; moccasin's "
+            "fixed-order schedule of torch_transformer_train at 70% costs 1.39% where fastsa's "
+            "costs 2.29%)",
         ),
         Param(
             "fallback",
@@ -116,8 +127,8 @@ class HILP(Solver):
         return (
             "Training graphs with phase/grad_of pair each subgraph's forward and backward into a "
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
-            "feasible, not proven optimal. With --time-limit, a quarter goes first to fastsa on "
-            "the whole graph (--flat-start), about half to the subgraph levels and the rest to "
+            "feasible, not proven optimal. With --time-limit, fastsa (as it runs alone) and "
+            "moccasin (10%) go first on the whole graph (--flat-start), about half of the rest to the subgraph levels and the rest to "
             "the top H-ILPs; on time-out the best schedule found is returned (every unit run once "
             "with its fastest, smallest or least-kept option is always tried, and every H-ILP "
             "starts from the best such sequential schedule that fits its memory rows). A second "
@@ -140,7 +151,7 @@ def _check_solver_names(p: dict[str, Any]) -> None:
     from remat_cli import registry
 
     known = [n for n in registry.names() if n not in ("hilp", "auto")]
-    named = [("--flat-start", str(p.get("flat_start") or ""))]
+    named = [("--flat-start", n) for n in str(p.get("flat_start") or "").split(",")]
     named += [("--leaf-solvers", n) for n in str(p.get("leaf_solvers") or "").split(",")]
     for flag, name in named:
         if name and name not in known:
@@ -178,6 +189,9 @@ class _Solve:
         #: the flat start's own schedule within budget (cost, steps, peak), a candidate for the
         #: returned result only when fallbacks are on (it is not the H-ILP's)
         self.flat_result: tuple[float, list[Step], int] | None = None
+        #: the flat start's schedule (cost, steps, peak): the start of a refined top that follows
+        #: it, and so that top's schedule when its model cannot be built or solved in time
+        self.flat_start: tuple[float, list[Step], int] | None = None
         #: the solver whose schedule the flat start is (flat_start's, or greedy's when it found none)
         self.flat_name = ""
         #: the end of the ILP work (epoch seconds), 5% short of its share: decoding and simulating
@@ -240,13 +254,28 @@ class _Solve:
         order = self.flat_order()
         cap = FINER_TOP * int(self.p["max_top"])
         finer = follow(ctx, top_units, self.flat_seq, cap) if self.flat_seq else None
+        found = None
+        parts = []
         if finer is not None and compute_nodes(finer) > 2 * cap:
             # the schedule recomputes in too many places to be followed by an instance of a
             # solvable size (transformer_l125 at 50%: 1,722 compute nodes, whose model alone
-            # outlasted the limit): the refined top of old, without it
+            # outlasted the limit): that instance's start, the schedule itself, is all it would
+            # give in time (as a top whose model cannot be built, see solve_top); the refined
+            # top of old, without it, is solved instead
+            if self.flat_start is not None:
+                found = self.flat_start
+                parts.append(
+                    f"refined ({compute_nodes(finer)} compute nodes, from {self.flat_name}'s schedule): "
+                    f"not solved: more than {2 * cap} compute nodes (its start, the whole-graph schedule "
+                    f"it follows) (overhead {found[0] / base.cost - 1:.4f})"
+                )
             finer, order = None, None
         if order is None:
             finer = refine(ctx, top_units, cap)
+        elif self.flat_start is not None:
+            # the start of the refined top that follows it, an H-ILP schedule (with fallbacks on
+            # it was reported already): the watchdog returns it when an engine overruns the limit
+            self.opt.incumbent(self.flat_start[1])
         tops: list[tuple[list[Unit], Instance, list[int | None] | None]] = [(top_units, inst, self.prefer)]
         if finer is not None:
             self.select(finer, TOP_OPTIONS)
@@ -256,8 +285,6 @@ class _Solve:
             # a refined top that follows the whole-graph schedule starts from it: it goes first,
             # with the top's share, where its start is worth the most time
             tops = [refined, *tops] if order is not None else [*tops, refined]
-        found = None
-        parts = []
         for i, (units, ins, pref) in enumerate(tops):
             share = 1.0 if i == 0 or not self.deterministic else 0.5
             follows = order is not None and units is not top_units
@@ -370,6 +397,13 @@ class _Solve:
                 starts=starts,
             )
             statuses.append(top_status)
+            if sched is None and follows and self.flat_start is not None:
+                # the instance follows the whole-graph schedule, so that schedule is its start
+                # (decoded exactly, see flat_hint): an H-ILP too large to build or solve in time
+                # (the dense refined top of torch_resnet_train) still returns it, as a MIP
+                # engine returns its start
+                statuses[-1] += " (its start, the whole-graph schedule it follows)"
+                return self.flat_start, statuses, min(lowest, self.flat_start[2])
             if sched is None:
                 break
             sims = []
@@ -410,41 +444,50 @@ class _Solve:
         return first_ranks(self.flat_seq) if self.flat_seq else None
 
     def flat_schedule(self) -> None:
-        """Issue 18: the whole-graph schedule of ``flat_start`` (fastsa's by default), run first
-        within ``FLAT_SHARE`` of the limit, kept in ``flat_seq`` (its compute sequence) when it
-        is within budget; when it finds none, greedy's (at most 5 s; transformer_b32 at 50%:
-        fastsa had none in 15 s where greedy's cost 11.9%, and the H-ILP's own top 70.7%). The
-        refined top is cut along it (:func:`follow`) and starts from it (:func:`flat_hint`); it
-        gives the layers one more option each (:meth:`flat_options`)."""
+        """Issue 18: the whole-graph schedules of ``flat_start`` (fastsa's and moccasin's by
+        default), run first within ``FLAT_SHARE`` of the limit; the cheapest within budget is
+        kept in ``flat_seq`` (its compute sequence); when none is, greedy's (at most 5 s;
+        transformer_b32 at 50%: fastsa had none in 15 s where greedy's cost 11.9%, and the
+        H-ILP's own top 70.7%). The refined top is cut along it (:func:`follow`) and starts from
+        it (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""
         self.flat_seq = []
-        first = str(self.p.get("flat_start") or "")
+        named = [n for n in str(self.p.get("flat_start") or "").split(",") if n]
         from remat_cli import registry
 
-        for name in [first, "greedy"] if first and first != "greedy" else [first]:
-            if not name or name not in registry.names():
+        found: tuple[float, list[Step], int, str] | None = None
+        for name in named + (["greedy"] if named and "greedy" not in named else []):
+            if name == "greedy" and name not in named and found is not None:
+                break
+            if name not in registry.names():
                 continue
             solver = registry.get(name)
             if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
                 continue
-            left = None if self.limit is None else FLAT_SHARE * self.limit
-            if name != first and left is not None:
-                left = min(5.0, left)
+            params = solver.defaults()
+            left = None
+            if self.limit is not None:
+                left = self.limit if name == "fastsa" else FLAT_OTHER * self.limit
+                if name not in named:
+                    left = min(5.0, left)
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
-            opts.params = solver.defaults()
-            r = solver.solve(self.g, self.budget, opts)
-            if r.steps is None:
+            opts.params = params
+            r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)
+            if r is None or r.steps is None:
                 continue
             sim = simulate(self.g, r.steps)
-            if sim.peak_memory > self.budget:
-                continue
-            self.flat_seq = [s.node for s in r.steps if s.op == "compute" and s.node is not None]
-            self.flat_name = name
-            if self.p.get("fallback") != "none":
-                # at once: an engine overrunning the limit in native code (the watchdog then
-                # returns the last incumbent) must not cost the schedule already in hand
-                self.flat_result = (sim.cost, r.steps, sim.peak_memory)
-                self.opt.incumbent(r.steps)
+            if sim.peak_memory <= self.budget and (found is None or sim.cost < found[0]):
+                found = (sim.cost, r.steps, sim.peak_memory, name)
+                if self.p.get("fallback") != "none":
+                    # at once: an engine overrunning the limit in native code (the watchdog then
+                    # returns the last incumbent) must not cost the schedule already in hand
+                    self.opt.incumbent(r.steps)
+        if found is None:
             return
+        cost, steps, peak, self.flat_name = found
+        self.flat_seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
+        self.flat_start = (cost, steps, peak)
+        if self.p.get("fallback") != "none":
+            self.flat_result = self.flat_start
 
     def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
         """The whole-graph schedule (:meth:`flat_schedule`) translated into one more option per

@@ -196,6 +196,12 @@ def main() -> None:
     ap.add_argument("--reference", default="", help="graphs to also solve flat for the optimum")
     ap.add_argument("--fractions", default="0.7,0.5")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="--workers of every solve (1: the deterministic mode, fallbacks after the H-ILPs)",
+    )
     ap.add_argument("--compare", default="", help="other solvers to run on the same rows, e.g. greedy,fastsa")
     ap.add_argument("--loaded", action="store_true", help="note that the machine was shared")
     ap.add_argument("--limit", type=float, default=0, help="time limit per solve (default: per graph)")
@@ -232,7 +238,10 @@ def main() -> None:
             budget = int(frac * base.peak_memory)
             t0 = time.monotonic()
             sched, res = run_solver(
-                g, budget, "hilp", SolveOptions(time_limit=limit, seed=0, params={"jobs": args.jobs})
+                g,
+                budget,
+                "hilp",
+                SolveOptions(time_limit=limit, seed=0, workers=args.workers, params={"jobs": args.jobs}),
             )
             secs = time.monotonic() - t0
             row: dict[str, object] = {
@@ -241,6 +250,7 @@ def main() -> None:
                 "fraction": frac,
                 "budget": budget,
                 "time_limit": limit,
+                "workers": args.workers,
                 "seconds": round(secs, 2),
                 "status": res.status,
                 "overhead": None if sched is None else round(sched.summary.overhead, 5),
@@ -254,7 +264,9 @@ def main() -> None:
             }
             for other in compare:
                 t1 = time.monotonic()
-                osched, ores = run_solver(g, budget, other, SolveOptions(time_limit=limit, seed=0))
+                osched, ores = run_solver(
+                    g, budget, other, SolveOptions(time_limit=limit, seed=0, workers=args.workers)
+                )
                 row.setdefault("compare", {})[other] = {  # type: ignore[union-attr]
                     "seconds": round(time.monotonic() - t1, 2),
                     "status": ores.status,
@@ -267,7 +279,10 @@ def main() -> None:
                 t1 = time.monotonic()
                 own_params = {"jobs": args.jobs, "fallback": "none"}
                 osched, ores = run_solver(
-                    g, budget, "hilp", SolveOptions(time_limit=limit, seed=0, params=own_params)
+                    g,
+                    budget,
+                    "hilp",
+                    SolveOptions(time_limit=limit, seed=0, workers=args.workers, params=own_params),
                 )
                 row["hilp_own"] = {
                     "seconds": round(time.monotonic() - t1, 2),

@@ -41,6 +41,10 @@ FINER_TOP = 3
 #: torch_resnet_train at 70% started from 1.24% where fastsa alone ends at 0.36%); on one core
 #: it used 12 s of 60 on the ONNX exports of 371-627 nodes
 FLAT_SHARE = 0.3
+#: fastsa's own clock check stops the flat start at this share of the limit (it sizes its
+#: iterations from the whole limit): where it anneals above the budget for long (resnet18_b32 at
+#: 50%, a loaded core) it would otherwise use the whole limit and leave the rest nothing
+FLAT_WALL = 0.75
 #: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
 #: one worker)
 FLAT_OTHER = 0.1
@@ -470,6 +474,8 @@ class _Solve:
                 if name not in named:
                     left = min(5.0, left)
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=1)
+            if name == "fastsa" and left is not None:
+                opts.started -= (1 - FLAT_WALL) * left
             opts.params = params
             r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)
             if r is None or r.steps is None:

@@ -18,6 +18,23 @@ def best_fit_kernel(
     bytes) at the bottom of the tightest gap left by the placed buffers live at the same time,
     or on top of them all. `offset` holds the fixed buffers' offsets and -1 for the others;
     returns the filled copy."""
+    return _fit(start, end, size, order, offset, False)
+
+
+@njit(cache=True)
+def first_fit_kernel(
+    start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray
+) -> np.ndarray:
+    """`best_fit_kernel`, but each buffer goes into the lowest gap it fits, not the tightest: what
+    `plateau.joint_walk` re-places with (there it took MobileNet-v2 b1 from 1.44% above its
+    order's peak to 0.56% in 60 s, where best fit stayed at 1.39-1.41% with three seeds)."""
+    return _fit(start, end, size, order, offset, True)
+
+
+@njit(cache=True)
+def _fit(
+    start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray, lowest: bool
+) -> np.ndarray:
     offset = offset.copy()
     n = len(start)
     lo = np.empty(n, dtype=np.int64)
@@ -44,6 +61,8 @@ def best_fit_kernel(
             if gap >= size[i] and (best_gap < 0 or gap < best_gap):
                 best_gap = gap
                 chosen = reach
+                if lowest:
+                    break
             if hi[k] > reach:
                 reach = hi[k]
         offset[i] = chosen if chosen >= 0 else reach
@@ -56,4 +75,5 @@ def warm_up() -> None:
     time limit (a MODeL solve of 3 s then stopped its stages elsewhere than the next run, and
     seeded runs differed)."""
     one = np.ones(2, dtype=np.int64)
-    best_fit_kernel(np.zeros(2, dtype=np.int64), one * 2, one, np.arange(2, dtype=np.int64), -one)
+    for kernel in (best_fit_kernel, first_fit_kernel):
+        kernel(np.zeros(2, dtype=np.int64), one * 2, one, np.arange(2, dtype=np.int64), -one)

@@ -2,13 +2,14 @@
 the plateau walk (`plateau.py`): the minimum cut at every operator against brute force over all
 topological orders, a training step whose backward reads activations through early-runnable ops
 (where eq. 12's forced set sees nothing), the descent reaching that bound where hill climbing
-stops short, and the walk's placements checked as plans."""
+stops short, and the walks' placements checked as plans."""
 
 from __future__ import annotations
 
 import itertools
 import time
 
+import numpy as np
 import pytest
 from test_model import solve, tiny_dag
 
@@ -17,10 +18,11 @@ from remat_cli.graph import Graph, Node, Value
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import steps_from_sequence
+from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
 from remat_cli.solvers.model.ordering import cut_descent, improve_order
-from remat_cli.solvers.model.plateau import plateau_walk
+from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 
 def orders(p: Problem) -> list[list[int]]:
@@ -185,3 +187,43 @@ def test_the_last_of_the_gradients_holds_all_the_others() -> None:
     assert last_of_bound(p, net, peak=10**9) == 150 == min(p.peak(o) for o in orders(p))
     s, _ = solve(g, order_only=True)
     assert s is not None and s.solver.status == "optimal" and s.summary.peak_memory == 150 + 8
+
+
+def test_joint_walk_goes_below_the_best_placement_of_its_start_order() -> None:
+    """From a placement proven optimal for its order (CP-SAT, the order fixed), no address move
+    can lower the arena; the joint walk also moves operators, and on these generated graphs
+    returns a smaller arena, as a valid plan of the order it returns (the independent
+    checker), never above its start, and the same for the same seed."""
+    lower = []
+    for seed in range(4):
+        g = generators.random_layered(24, seed=seed)
+        p = Problem(g)
+        order = list(range(len(p)))
+        steps = steps_from_sequence(g, [p.ops[i] for i in order])
+        bufs = buffers_of(g, steps)
+        offsets, arena, _, proven = place(bufs, 1, 20, 1, 0)
+        assert proven
+        start = p.by_tensor(offsets, bufs)
+        walked, placed = joint_walk(p, order, start, 0, time.monotonic() + 60, seed=0, patience=500)
+        assert (walked, placed) == joint_walk(p, order, start, 0, time.monotonic() + 60, seed=0, patience=500)
+        steps = steps_from_sequence(g, [p.ops[i] for i in walked])
+        bufs = buffers_of(g, steps)
+        plan = make_plan(bufs, p.by_buffer(placed, bufs), 1)
+        check_plan(g, steps, plan)
+        assert plan.arena <= arena
+        lower.append(plan.arena < arena)
+    assert sum(lower) >= 3
+
+
+def test_first_fit_takes_the_lowest_gap_where_best_fit_takes_the_tightest() -> None:
+    """Two placed buffers leave a 3-byte gap at 0 and a 1-byte gap at 5 over the same steps: a
+    1-byte buffer goes to 0 by first fit (what the joint walk re-places with), to 5 by best fit."""
+    from remat_cli.best_fit import best_fit_kernel, first_fit_kernel
+
+    start = np.zeros(3, dtype=np.int64)
+    end = np.full(3, 4, dtype=np.int64)
+    size = np.array([2, 2, 1], dtype=np.int64)
+    fixed = np.array([3, 6, -1], dtype=np.int64)
+    order = np.array([2], dtype=np.int64)
+    assert first_fit_kernel(start, end, size, order, fixed)[2] == 0
+    assert best_fit_kernel(start, end, size, order, fixed)[2] == 5

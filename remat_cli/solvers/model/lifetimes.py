@@ -150,6 +150,16 @@ class Lifetimes:
         self.size = np.array([t.size for t in p.tensors], dtype=np.int64)
         self.by_size = np.lexsort((self.src, -self.size))  # placement order: larger first
 
+    @cached_property
+    def touched(self) -> list[np.ndarray]:
+        """Per operator, the tensors it creates or reads: the only ones whose overlaps change
+        when that operator alone moves in an order."""
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for k, (s, rs) in enumerate(zip(self.src.tolist(), self.readers.tolist(), strict=True)):
+            for o in {s, *rs}:
+                out[o].append(k)
+        return [np.array(t, dtype=np.int64) for t in out]
+
     def of(self, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
         pos = np.empty(self.n, dtype=np.int64)
         pos[np.asarray(order, dtype=np.int64)] = np.arange(self.n)

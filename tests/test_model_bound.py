@@ -17,7 +17,7 @@ from remat_cli import generators
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
-from remat_cli.schedule import steps_from_sequence
+from remat_cli.schedule import MemoryPlan, steps_from_sequence
 from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
@@ -109,6 +109,15 @@ def test_cut_descent_reaches_the_bound_where_hill_climbing_stops() -> None:
     assert all(pos[q] < pos[i] for i in got for q in p.preds[i])
 
 
+def _checked_plan(g: Graph, p: Problem, order: list[int], offsets: list[int], alignment: int) -> MemoryPlan:
+    """The plan of a walk's order and tensor offsets, passed by the independent plan checker."""
+    steps = steps_from_sequence(g, [p.ops[i] for i in order])
+    bufs = buffers_of(g, steps)
+    plan = make_plan(bufs, p.by_buffer(offsets, bufs), alignment)
+    check_plan(g, steps, plan)
+    return plan
+
+
 def test_plateau_walk_gives_valid_plans_and_tighter_arenas() -> None:
     """The walk's placement, computed on tensor lifetimes, is a valid plan of the walked order's
     schedule (the independent checker), never above the start's greedy arena, and below it on
@@ -121,10 +130,7 @@ def test_plateau_walk_gives_valid_plans_and_tighter_arenas() -> None:
         life = p.lives
         before = life.arena(life.greedy(*life.of(order)))
         walked, offsets = plateau_walk(p, order, 0, time.monotonic() + 60, seed=0, patience=300)
-        steps = steps_from_sequence(g, [p.ops[i] for i in walked])
-        bufs = buffers_of(g, steps)
-        plan = make_plan(bufs, p.by_buffer(offsets, bufs), 64)
-        check_plan(g, steps, plan)
+        plan = _checked_plan(g, p, walked, offsets, 64)
         assert plan.arena <= before
         improved.append(plan.arena < before)
     assert any(improved)
@@ -206,10 +212,7 @@ def test_joint_walk_goes_below_the_best_placement_of_its_start_order() -> None:
         start = p.by_tensor(offsets, bufs)
         walked, placed = joint_walk(p, order, start, 0, time.monotonic() + 60, seed=0, patience=500)
         assert (walked, placed) == joint_walk(p, order, start, 0, time.monotonic() + 60, seed=0, patience=500)
-        steps = steps_from_sequence(g, [p.ops[i] for i in walked])
-        bufs = buffers_of(g, steps)
-        plan = make_plan(bufs, p.by_buffer(placed, bufs), 1)
-        check_plan(g, steps, plan)
+        plan = _checked_plan(g, p, walked, placed, 1)
         assert plan.arena <= arena
         lower.append(plan.arena < arena)
     assert sum(lower) >= 3

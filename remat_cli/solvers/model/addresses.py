@@ -207,23 +207,37 @@ def repack(
         if deadline is not None and time.monotonic() >= deadline:
             break
         stale += 1
-        i = int(rng.choice(np.nonzero(off + size == cur[0])[0]))
-        widen = int(rng.integers(0, 20))
-        # half the moves lift a thin layer under the top (on ResNet-50 b1, whose arena is set by
-        # small buffers over a stack of weight gradients, only these gain), half a thick one
-        depth = rng.uniform(0.002, 0.05) if rng.random() < 0.5 else rng.uniform(0.05, 0.6)
-        level = cur[0] * (1.0 - depth)
-        ruined = np.nonzero((start < end[i] + widen) & (start[i] - widen < end) & (off + size > level))[0]
+        ruined = ruin_band(rng, start, end, off, size, cur[0])
         trial = off.copy()
         trial[ruined] = -1
-        key = -size[ruined] * np.exp(rng.normal(0.0, 0.3, len(ruined)))
-        placed = best_fit_kernel(start, end, size, ruined[np.argsort(key, kind="stable")], trial)
+        placed = best_fit_kernel(start, end, size, refill_order(rng, size, ruined), trial)
         got = score(placed)
         if got <= cur:
             if got < cur:  # the top band thinning counts: the drift towards a smaller arena
                 stale = 0
             off, cur = placed, got
     return off.tolist()
+
+
+def ruin_band(
+    rng: np.random.Generator, start: np.ndarray, end: np.ndarray, off: np.ndarray, size: np.ndarray, top: int
+) -> np.ndarray:
+    """The buffers one ruin-and-recreate move lifts: those live while a random buffer at the
+    arena's `top` is (widened by up to 20 steps) and reaching above a random level under it."""
+    i = int(rng.choice(np.nonzero(off + size == top)[0]))
+    widen = int(rng.integers(0, 20))
+    # half the moves lift a thin layer under the top (on ResNet-50 b1, whose arena is set by
+    # small buffers over a stack of weight gradients, only these gain), half a thick one
+    depth = rng.uniform(0.002, 0.05) if rng.random() < 0.5 else rng.uniform(0.05, 0.6)
+    level = top * (1.0 - depth)
+    return np.nonzero((start < end[i] + widen) & (start[i] - widen < end) & (off + size > level))[0]
+
+
+def refill_order(rng: np.random.Generator, size: np.ndarray, lifted: np.ndarray) -> np.ndarray:
+    """The lifted buffers in the order they are placed back: largest first, sizes jittered so
+    that repeated moves try other orders."""
+    key = -size[lifted] * np.exp(rng.normal(0.0, 0.3, len(lifted)))
+    return lifted[np.argsort(key, kind="stable")]
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ def joint_walk(
     Ends at `bound`, after `patience` moves in a row without a smaller score (a count, so a
     seed repeats; 20 x n by default) or at `deadline` (time.monotonic())."""
     from remat_cli.best_fit import first_fit_kernel
+    from remat_cli.solvers.model.addresses import refill_order, ruin_band
 
     n = len(order)
     life = p.lives
@@ -184,15 +185,10 @@ def joint_walk(
             w0, w1 = int(s[moved].min()), int(e[moved].max())
             lifted = np.union1d(np.nonzero((s < w1) & (w0 < e) & (off + size > level))[0], moved)
         else:
-            j = int(rng.choice(np.nonzero(off + size == cur[0])[0]))
-            widen = int(rng.integers(0, 20))
-            depth = rng.uniform(0.002, 0.05) if rng.random() < 0.5 else rng.uniform(0.05, 0.6)
-            level = cur[0] * (1.0 - depth)
-            lifted = np.nonzero((s < e[j] + widen) & (s[j] - widen < e) & (off + size > level))[0]
+            lifted = ruin_band(rng, s, e, off, size, cur[0])
         kept = off.copy()
         kept[lifted] = -1
-        key = -size[lifted] * np.exp(rng.normal(0.0, 0.3, len(lifted)))
-        placed = first_fit_kernel(s, e, size, lifted[np.argsort(key, kind="stable")], kept)
+        placed = first_fit_kernel(s, e, size, refill_order(rng, size, lifted), kept)
         got = score(placed, s, e)
         if got <= cur:
             if got < cur:

@@ -420,8 +420,8 @@ class _Solve:
             self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
             if sim.peak_memory <= self.budget:
                 # the engine's schedule may be cheaper than its start in the H-ILP's objective
-                # (App. B.3's approximations) but not in the simulator: the cheaper one counts
-                # (torch_resnet_train at 70%: 1.09% from the engine against its start's 0.36%)
+                # (App. B.3's approximations) but not in the simulator: the cheaper one counts,
+                # so that a top is never costlier than its start
                 fits = [(c.cost, st, c.peak_memory) for c, st in sims if c.peak_memory <= self.budget]
                 return min(fits, key=lambda f: f[0]), statuses, lowest
             # the engine's schedule fails the simulator; its start (an H-ILP solution too) may not
@@ -453,8 +453,10 @@ class _Solve:
 
     def flat_schedule(self) -> None:
         """Issue 18: the whole-graph schedules of ``flat_start`` (fastsa's and moccasin's by
-        default), run first within ``FLAT_SHARE`` of the limit; the cheapest within budget is
-        kept in ``flat_seq`` (its compute sequence); when none is, greedy's (at most 5 s;
+        default), run first: fastsa with the iterations of the whole limit, stopped by its own
+        clock check at ``FLAT_WALL`` of it, the others with ``FLAT_OTHER`` of it. The cheapest
+        within budget is kept in ``flat_seq`` (its compute sequence); when none is, greedy's (at
+        most 5 s;
         transformer_b32 at 50%: fastsa had none in 15 s where greedy's cost 11.9%, and the
         H-ILP's own top 70.7%). The refined top is cut along it (:func:`follow`) and starts from
         it (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""

@@ -652,8 +652,8 @@ def test_the_cheapest_flat_start_is_kept() -> None:
     s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     s.p = s.p | {"flat_start": ",".join(sorted(costs, key=costs.__getitem__, reverse=True))}
     s.flat_schedule()
-    assert s.flat_name == cheaper and s.flat_result is not None
-    assert s.flat_result[0] == pytest.approx(costs[cheaper])
+    assert s.flat_name == cheaper and s.flat_start is not None
+    assert s.flat_start[0] == pytest.approx(costs[cheaper])
     assert simulate(g, steps_from_sequence(g, s.flat_seq)).cost == pytest.approx(costs[cheaper])
 
 

@@ -190,11 +190,9 @@ class _Solve:
         self.portfolio: Portfolio | None = None
         self.prefer: list[int | None] | None = None
         self.flat_seq: list[str] | None = None
-        #: the flat start's own schedule within budget (cost, steps, peak), a candidate for the
-        #: returned result only when fallbacks are on (it is not the H-ILP's)
-        self.flat_result: tuple[float, list[Step], int] | None = None
         #: the flat start's schedule (cost, steps, peak): the start of a refined top that follows
-        #: it, and so that top's schedule when its model cannot be built or solved in time
+        #: it, and so that top's schedule when its model cannot be built or solved in time; with
+        #: fallbacks on, also a candidate for the returned result (:meth:`fallback`)
         self.flat_start: tuple[float, list[Step], int] | None = None
         #: the solver whose schedule the flat start is (flat_start's, or greedy's when it found none)
         self.flat_name = ""
@@ -501,8 +499,6 @@ class _Solve:
         cost, steps, peak, self.flat_name = found
         self.flat_seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
         self.flat_start = (cost, steps, peak)
-        if self.p.get("fallback") != "none":
-            self.flat_result = self.flat_start
 
     def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
         """The whole-graph schedule (:meth:`flat_schedule`) translated into one more option per
@@ -526,15 +522,15 @@ class _Solve:
         return prefer if any(o is not None for o in prefer) else None
 
     def fallback(self, best: tuple[float, list[Step]] | None) -> tuple[float, list[Step], int, str] | None:
-        """The cheapest schedule within budget of the flat start's (:attr:`flat_result`), greedy
+        """The cheapest schedule within budget of the flat start's (:attr:`flat_start`), greedy
         and fastsa (in this fixed order, fastsa with the time left and the cheapest schedule so
         far as its hint: where its first stage ends above the budget, its second starts from
         there), or None."""
         from remat_cli import registry
 
         out: tuple[float, list[Step], int, str] | None = None
-        if self.flat_result is not None:
-            out = (*self.flat_result, f"{self.flat_name} (the flat start)")
+        if self.flat_start is not None:
+            out = (*self.flat_start, f"{self.flat_name} (the flat start)")
         for name in FALLBACK:
             if name not in registry.names():
                 continue

@@ -157,9 +157,9 @@ def joint_walk(
         if rng.random() < ORDER_MOVES:
             pos = {v: k for k, v in enumerate(order)}
             side = 0  # -1: earlier, 1: later, 0: anywhere in the window
-            if (
-                rng.random() < 0.5
-            ):  # shorten a tensor at the top: its producer later, or its last reader earlier
+            # half the time, shorten a tensor at the top: its producer later, or its last reader
+            # earlier
+            if rng.random() < 0.5:
                 t = int(rng.choice(np.nonzero(off + size == cur[0])[0]))
                 if life.to_end[t] or rng.random() < 0.5:
                     i, side = int(life.src[t]), 1

@@ -90,11 +90,20 @@ class SolveOptions:
     started: float = field(default_factory=time.monotonic)
     #: multi-device graphs: each device's budget (the `budget` argument is then their largest)
     budgets: dict[str, int] | None = None
+    #: the limit as the user gave it, when `time_limit` is what start-up and loading left of it
+    #: (remat_cli.watchdog): see work_limit
+    nominal_limit: float | None = None
 
     def remaining(self) -> float | None:
         if self.time_limit is None:
             return None
         return max(0.0, self.time_limit - (time.monotonic() - self.started))
+
+    def work_limit(self) -> float | None:
+        """The limit a solver turns into a fixed amount of work (e.g. fastsa's iterations): the
+        user's own, so that the same command with the same seed does the same work however long
+        loading took; the wall clock still stops at `time_limit`."""
+        return self.nominal_limit if self.nominal_limit is not None else self.time_limit
 
     def incumbent(self, steps: list[Step]) -> None:
         if self.on_incumbent is not None:

@@ -191,6 +191,7 @@ def run_guarded(
         deadline = t0 + limit + 0.3 * tolerance(limit)
         # the solver is told what is left of T after start-up and loading
         child_options.time_limit = max(0.05 * limit, limit - (started - t0))
+        child_options.nominal_limit = limit if options.nominal_limit is None else options.nominal_limit
 
     caught: list[int] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import numpy as np
 import pytest
@@ -352,3 +353,33 @@ def test_the_peak_alone_rescue_takes_its_iterations_from_stage_two() -> None:
     assert "annealing the peak alone" in (res.message or "")
     assert res.steps is not None and simulate(g, res.steps).peak_memory <= budget
     assert 0 < res.params["iterations_run"] <= n2
+
+
+@pytest.mark.parametrize(("layers", "fraction"), [(8, 0.6), (12, 0.45)])
+def test_tight_budget_met_by_a_growing_slope_above_it(layers: int, fraction: float) -> None:
+    """Issue 18: where the mild slope of footnote 2 ends the tight part of stage 1 above the
+    budget (here at 1.045 and 1.069 of it; resnet18_b32 at 50%), the slope grows from the middle
+    of the tight part on, and the SA alone (no greedy start, no rescue) meets the budget."""
+    g = _mlp_training_graph(layers)
+    budget = int(fraction * baseline(g).peak_memory)
+    params = {"iterations": 600_000, "iterations2": 60_000, "greedy_start": False, "rescue": False}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert sched is not None and res.status == "feasible"
+    assert simulate(g, sched.steps).peak_memory <= budget
+
+
+def test_iterations_come_from_the_limit_the_user_gave() -> None:
+    """The watchdog tells the solver what start-up and loading left of the limit; fastsa sizes
+    its iterations from the limit itself, so the same command and seed do the same work however
+    long loading took (two CLI runs of resnet18_b32 at 50% differed by 0.4 s of loading, so by
+    60,000 iterations, and ended 3 points apart)."""
+    from remat_cli.watchdog import run_guarded
+
+    g = G.transformer(layers=1, seed=4)
+    budget = int(0.8 * baseline(g).peak_memory)
+    limit, rate = 3.0, 20_000.0
+    params = {"iterations": 10**9, "iterations2": 10**8, "rate": rate}
+    loaded = time.monotonic() - 1.0  # as if loading took a second of the limit
+    out = run_guarded(g, budget, "fastsa", SolveOptions(time_limit=limit, workers=1, params=params), loaded)
+    n1, n2 = int(1e9 * limit * rate / 1.1e9), int(1e8 * limit * rate / 1.1e9)
+    assert out.result is not None and f"scaled to {n1}+{n2}" in (out.result.message or "")

@@ -253,7 +253,7 @@ class FastSA(Solver):
         elif best1.feas.order is not None and p["greedy_start"] and not no_rec and n2 > 0:
             # greedy's schedule, when cheaper than the first stage's best, is where the second
             # stage starts (a first stage cut short on a loaded machine can end above greedy)
-            g_order = _greedy_start(graph, nv, base_prob, budget, options)
+            g_order = _greedy_start(graph, nv, base_prob, budget, options, run)
             if g_order is not None:
                 ids = nv.ids
                 f_order = _to_base(base_prob, expand(prob1, best1.feas.order))
@@ -311,20 +311,31 @@ class FastSA(Solver):
 
 
 def _greedy_start(
-    graph: Graph, nv: NodeView, base_prob: Problem, budget: int, options: SolveOptions
+    graph: Graph, nv: NodeView, base_prob: Problem, budget: int, options: SolveOptions, run: _Run
 ) -> list[int] | None:
-    """Greedy's schedule within budget as base-problem indices, or None."""
+    """Greedy's schedule within budget as base-problem indices, or None. Greedy gets a fifth of
+    the time left and is held to it: with one worker (the deterministic mode) it would run every
+    strategy to its end, 10 s and more on resnet18_b32 at 50% whatever the limit. A run the clock
+    cut is marked as such (`wall_stopped`)."""
     from remat_cli import registry
 
     if "greedy" not in registry.names():
         return None
     greedy = registry.get("greedy")
     left = options.remaining()
-    opts = SolveOptions(
-        time_limit=None if left is None else max(1.0, 0.2 * left), seed=options.seed, workers=1
-    )
+    limit = None if left is None else max(1.0, 0.2 * left)
+    opts = SolveOptions(time_limit=limit, seed=options.seed, workers=1 if limit is None else 2)
     opts.params = greedy.defaults()
     steps = greedy.solve(graph, budget, opts).steps
+    if limit is not None and opts.remaining() == 0.0:
+        run.wall_stopped = True
+    return _as_start(graph, nv, base_prob, budget, steps)
+
+
+def _as_start(
+    graph: Graph, nv: NodeView, base_prob: Problem, budget: int, steps: list[Step] | None
+) -> list[int] | None:
+    """A schedule's compute sequence as base-problem indices when it is within budget, else None."""
     if not steps or simulate(graph, steps).peak_memory > budget:
         return None
     local = {m[0]: k for k, m in enumerate(base_prob.members)}
@@ -337,27 +348,11 @@ def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best
             final_t: float) -> tuple[list[int] | None, str]:  # fmt: skip
     """A start within budget for the second stage (base-problem indices) and what gave it; the
     peak-alone annealing, last, runs `n3` iterations."""
-    local = {m[0]: k for k, m in enumerate(base_prob.members)}
-
-    def start_of(steps: list[Step] | None) -> list[int] | None:
-        if not steps or simulate(graph, steps).peak_memory > budget:
-            return None
-        seq = [nv.index[s.node] for s in steps if s.op == "compute" and s.node is not None]
-        return [local[i] for i in seq if i in local]
-
-    found = start_of(options.hint)
+    found = _as_start(graph, nv, base_prob, budget, options.hint)
     if found is not None:
         return found, "; stage 2 started from the given hint (stage 1 ended above the budget)"
-    from remat_cli import registry
-
-    if "greedy" in registry.names() and options.params.get("greedy_start", True):
-        greedy = registry.get("greedy")
-        left = options.remaining()
-        opts = SolveOptions(
-            time_limit=None if left is None else max(1.0, 0.2 * left), seed=options.seed, workers=1
-        )
-        opts.params = greedy.defaults()
-        found = start_of(greedy.solve(graph, budget, opts).steps)
+    if options.params.get("greedy_start", True):
+        found = _greedy_start(graph, nv, base_prob, budget, options, run)
         if found is not None:
             return found, "; stage 2 started from greedy's schedule (stage 1 ended above the budget)"
     low = best1.low.order if best1.low.order is not None else state1.order()
@@ -512,14 +507,15 @@ class _Run:
                 # slower than the assumed rate (a loaded machine): shorten the stage to what the
                 # measured rate reaches by its end, so that it still cools down to hf instead of
                 # being cut off hot (issue 18: torch_resnet_train at 70% ended at 4.9% when cut
-                # off, 1.1% cooled); never triggered where the rate holds, so seeded runs repeat
-                # (not while a first stage anneals the soft peak until the budget is met: that
-                # kernel is about 3 times slower than the exact one that follows it, so the rate
-                # is measured from the switch back on)
+                # off, 1.1% cooled); never triggered where the rate holds, so seeded runs repeat.
+                # The rate is measured from the last switch of kernel: the soft peak's, while a
+                # first stage anneals it until the budget is met, is about 3 times slower than
+                # the exact one that follows, so a stage shortened then may end early; cut off
+                # instead, its slope above the budget never grows and it may end with nothing
+                # (resnet18_b32 at 50% as the H-ILP's flat start, stopped at 3/4 of 60 s)
                 rate = (it - it_rate) / max(1e-9, time.monotonic() - t_rate)
                 reach = it + int(0.9 * rate * left)
-                soft = stage == 1 and s.lse and not self.lse
-                if reach < n_iter and it - it_rate >= 2 * CHUNK and not soft:
+                if reach < n_iter and it - it_rate >= 2 * CHUNK:
                     n_iter = max(it + CHUNK, reach)
                     ratio = (hf / h0) ** (1.0 / (n_iter - it0)) if h0 > 0 else 1.0
                     self.wall_stopped = True

@@ -486,6 +486,7 @@ class _Solve:
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2 if name == "greedy" else 1)
             if name == "fastsa" and left is not None:
                 opts.started -= (1 - FLAT_WALL) * left
+                opts.nominal_limit = self.opt.work_limit()  # its iterations: as fastsa alone
             opts.params = params
             r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)
             if r is None or r.steps is None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from typing import Any
 
@@ -488,7 +489,10 @@ class _Solve:
                 opts.started -= (1 - FLAT_WALL) * left
                 opts.nominal_limit = self.opt.work_limit()  # its iterations: as fastsa alone
             opts.params = params
-            r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)
+            if name == "fastsa" or left is None or multiprocessing.current_process().daemon:
+                r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)
+            else:
+                r = self.guarded(name, opts)
             if r is None or r.steps is None:
                 continue
             sim = simulate(self.g, r.steps)
@@ -503,6 +507,18 @@ class _Solve:
         cost, steps, peak, self.flat_name = found
         self.flat_seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
         self.flat_start = (cost, steps, peak)
+
+    def guarded(self, name: str, opts: SolveOptions) -> SolverResult | None:
+        """A flat-start solver other than fastsa (which keeps to its clock) under the watchdog,
+        stopped at its limit with its best schedule so far: moccasin's model building and
+        eviction starts are not clocked (resnet18_b32 at 50%: 25 s for a share of 6 s)."""
+        from remat_cli.watchdog import run_guarded
+
+        try:
+            return run_guarded(self.g, self.budget, name, opts).result
+        except Exception as e:  # noqa: BLE001 - as registry.call_solver: reported, not raised
+            self.helper_notes.append(f"{name} failed: {type(e).__name__}: {e}")
+            return None
 
     def flat_options(self, ctx: Ctx, units: list[Unit]) -> list[int | None] | None:
         """The whole-graph schedule (:meth:`flat_schedule`) translated into one more option per
@@ -549,7 +565,9 @@ class _Solve:
                 # greedy is cheap and needs its few strategies to finish: never less than 5 s
                 left = max(5.0 if name == "greedy" else 0.5, left)
             hint = min((c for c in (best, out and out[:2]) if c), key=lambda c: c[0], default=(0, None))[1]
-            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=self.opt.workers, hint=hint)
+            # greedy held to its limit even in the deterministic mode (see flat_schedule)
+            workers = max(2, self.opt.workers) if name == "greedy" else self.opt.workers
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=workers, hint=hint)
             opts.params = solver.defaults()
             r = solver.solve(self.g, self.budget, opts)
             if r.steps is None:

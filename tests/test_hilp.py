@@ -713,3 +713,27 @@ def test_a_flat_start_too_large_to_follow_is_the_refined_tops_result() -> None:
     assert re.search(r"more than 18 compute nodes \(its start", res.message or ""), res.message
     assert sched.summary.peak_memory <= budget
     assert sched.summary.cost <= flat.summary.cost * (1 + 1e-9)
+
+
+def test_greedy_is_an_early_incumbent_only_with_fallbacks_on() -> None:
+    """Greedy's schedule is reported at once (the watchdog returns the last incumbent when the
+    engines overrun) only where a fallback may return it: with ``--fallback none`` a killed run
+    must not pass greedy's schedule off as the H-ILP's."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.7 * baseline(g).peak_memory)
+    greedy = registry.get("greedy")
+    got = greedy.solve(g, budget, SolveOptions(time_limit=5, seed=0, workers=1, params=greedy.defaults()))
+    assert got.steps is not None
+    seq = [s.node for s in got.steps if s.op == "compute"]
+
+    def incumbents(fallback: str) -> list[list[str | None]]:
+        seen: list[list[str | None]] = []
+        opts = SolveOptions(time_limit=20, seed=0, workers=1)
+        opts.params = HILP().defaults() | {"flat_start": "", "fallback": fallback}
+        opts.on_incumbent = lambda steps: seen.append([s.node for s in steps if s.op == "compute"])
+        HILP().solve(g, budget, opts)
+        return seen
+
+    on = incumbents("auto")
+    assert on and on[0] == seq
+    assert seq not in incumbents("none")

@@ -485,6 +485,8 @@ class _Solve:
             # whatever its limit (resnet18_b32 at 50%: 10 s and more for "at most 5 s"); with two
             # it is held to it, at the price of a clock-dependent start where it is cut
             opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2 if name == "greedy" else 1)
+            if name == "fastsa" and self.p.get("fallback") != "none":
+                opts.on_incumbent = self.opt.on_incumbent  # in place of early_incumbent's greedy
             if name == "fastsa" and left is not None:
                 opts.started -= (1 - FLAT_WALL) * left
                 opts.nominal_limit = self.opt.work_limit()  # its iterations: as fastsa alone
@@ -557,17 +559,21 @@ class _Solve:
             solver = registry.get(name)
             if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
                 continue
-            left = None
+            left = work = None
             if self.limit is not None:
-                # the 15% kept for this step; deterministic runs take the nominal share (fastsa
-                # sizes its iteration budget from it), others whatever the clock has left
-                left = 0.15 * self.limit if self.deterministic else self.limit - self.elapsed() - 0.5
+                # whatever the clock has left; deterministic runs size their work from the 15%
+                # kept for this step (fastsa's iterations), and the clock still stops them (with
+                # the nominal share as their limit too, resnet18_b32 at 50% ended at 67.6 s of 60)
+                left = self.limit - self.elapsed() - 0.5
+                work = 0.15 * self.limit if self.deterministic else None
                 # greedy is cheap and needs its few strategies to finish: never less than 5 s
                 left = max(5.0 if name == "greedy" else 0.5, left)
             hint = min((c for c in (best, out and out[:2]) if c), key=lambda c: c[0], default=(0, None))[1]
             # greedy held to its limit even in the deterministic mode (see flat_schedule)
             workers = max(2, self.opt.workers) if name == "greedy" else self.opt.workers
-            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=workers, hint=hint)
+            opts = SolveOptions(
+                time_limit=left, seed=self.opt.seed, workers=workers, hint=hint, nominal_limit=work
+            )
             opts.params = solver.defaults()
             r = solver.solve(self.g, self.budget, opts)
             if r.steps is None:
@@ -734,8 +740,10 @@ class _Solve:
         whole time limit, and a watchdog then returns the last incumbent (issue 20)."""
         from remat_cli import registry
 
-        if self.opt.on_incumbent is None:
-            return
+        if self.opt.on_incumbent is None or self.p.get("fallback") == "none":
+            return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
+        if "fastsa" in str(self.p.get("flat_start") or "").split(","):
+            return  # the flat fastsa reports its incumbents within seconds (flat_schedule)
         left = min(5.0, self.limit) if self.limit is not None else 5.0
         sub = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2)  # held to it (flat_schedule)
         r = registry.call_solver("greedy", self.g, self.budget, sub, self.helper_notes)

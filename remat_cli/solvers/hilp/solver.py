@@ -150,16 +150,21 @@ class HILP(Solver):
         return _Solve(graph, budget, options, p).run()
 
 
+def _names(p: dict[str, Any], key: str) -> list[str]:
+    """The solver names of a comma-separated option (--flat-start, --leaf-solvers)."""
+    return [n for n in str(p.get(key) or "").split(",") if n]
+
+
 def _check_solver_names(p: dict[str, Any]) -> None:
     """--flat-start and --leaf-solvers name registered solvers other than this one (which would
     call itself); OptionError (exit 2) otherwise, not a silently skipped helper."""
     from remat_cli import registry
 
     known = [n for n in registry.names() if n not in ("hilp", "auto")]
-    named = [("--flat-start", n) for n in str(p.get("flat_start") or "").split(",")]
-    named += [("--leaf-solvers", n) for n in str(p.get("leaf_solvers") or "").split(",")]
+    named = [("--flat-start", n) for n in _names(p, "flat_start")]
+    named += [("--leaf-solvers", n) for n in _names(p, "leaf_solvers")]
     for flag, name in named:
-        if name and name not in known:
+        if name not in known:
             raise OptionError(f"{flag}: {name!r} is not a solver it can call (known: {', '.join(known)})")
 
 
@@ -460,7 +465,7 @@ class _Solve:
         H-ILP's own top 70.7%). The refined top is cut along it (:func:`follow`) and starts from
         it (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""
         self.flat_seq = []
-        named = [n for n in str(self.p.get("flat_start") or "").split(",") if n]
+        named = _names(self.p, "flat_start")
         from remat_cli import registry
 
         found: tuple[float, list[Step], int, str] | None = None
@@ -714,7 +719,7 @@ class _Solve:
             # building and measuring take time too: the ILPs get 70% of the share
             share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
         fr = _fractions(int(self.p["levels"]))
-        names = tuple(s for s in str(self.p["leaf_solvers"]).split(",") if s) if leaf else ()
+        names = tuple(_names(self.p, "leaf_solvers")) if leaf else ()
         for ui in owners:
             jobs.append(
                 Job(
@@ -770,7 +775,7 @@ class _Solve:
 
         if self.opt.on_incumbent is None or self.p.get("fallback") == "none":
             return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
-        if "fastsa" in str(self.p.get("flat_start") or "").split(","):
+        if "fastsa" in _names(self.p, "flat_start"):
             return  # the flat fastsa reports its incumbents within seconds (flat_schedule)
         left = min(5.0, self.limit) if self.limit is not None else 5.0
         sub = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2)  # held to it (flat_schedule)

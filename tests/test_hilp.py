@@ -573,11 +573,12 @@ def test_h_ilp_from_a_flat_start_is_never_costlier_than_it() -> None:
     assert sched.summary.cost <= greedy.summary.cost * (1 + 1e-9)
 
 
-def test_the_flat_start_is_an_incumbent_at_once_when_fallbacks_are_on() -> None:
-    """With fallbacks on, the flat start's schedule is reported as an incumbent before the top
-    H-ILP runs (an engine overrunning the limit in native code must not cost it: the watchdog
-    returns the last incumbent); with ``--fallback none`` too, as the start of the refined top
-    that follows it (an H-ILP schedule)."""
+def test_the_flat_start_is_an_incumbent_at_once() -> None:
+    """The flat start's schedule is reported as an incumbent before the hierarchy's levels run
+    (a hierarchy or engine overrunning the limit must not cost it: the watchdog returns the last
+    incumbent), with ``--fallback none`` too: it is the H-ILP's own schedule, the start of the
+    refined top that follows it (mobilenet_v2_b32 at 50%: 34.2% returned at the limit, where
+    the flat start had 1.44%)."""
     g = G.transformer(layers=3, seed=0)
     budget = int(0.7 * baseline(g).peak_memory)
     # chen's: greedy's is an incumbent from the start anyway (early_incumbent)
@@ -595,8 +596,8 @@ def test_the_flat_start_is_an_incumbent_at_once_when_fallbacks_are_on() -> None:
         )
         opts.on_progress = lambda facts: events.append(str(facts.get("stage")))
         HILP().solve(g, budget, opts)
-        assert "top" in events
-        return "flat" in events[: events.index("top")]
+        first_level = next(i for i, e in enumerate(events) if e.startswith("level"))
+        return "flat" in events[:first_level]
 
     assert first_flat_before_top("auto")
     assert first_flat_before_top("none")

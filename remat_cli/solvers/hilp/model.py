@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from remat_cli.milp import LinearModel
 from remat_cli.solvers.hilp.context import TOKEN, Ctx
@@ -340,8 +341,18 @@ def hilp_model(
             for k in related[d]:
                 if k <= t:
                     D[(t, k, d)] = var()
+    # U^t_k of App. B.3 (the memory after node k of phase t), continuous and defined iteratively
+    # as the paper does: substituted into eq. (10) each memory row would hold every data node's
+    # P^t_d and every earlier C and D of its phase (torch_resnet_train's top: millions of
+    # nonzeros, a model that took longer to build than its share of the limit)
+    n_bin = len(cost)
+    U: dict[tuple[int, int], int] = {}
+    for t in range(T):
+        for k in range(t + 1):
+            U[(t, k)] = n_bin + len(U)
     m = LinearModel("hilp")
-    m.add_vars(len(cost), lb=0.0, ub=1.0, integer=True, cost=np.array(cost))
+    m.add_vars(n_bin, lb=0.0, ub=1.0, integer=True, cost=np.array(cost))
+    m.add_vars(len(U), lb=-math.inf, ub=math.inf, integer=False)
     rows = _Rows()
     inf = math.inf
 
@@ -425,42 +436,48 @@ def hilp_model(
                 rows.add([(dv, 1.0), *[(c, -1.0) for c, _ in X], (pn, 1.0), *use], 0.0, inf)
                 neg_use = [(c, -v) for c, v in use]
                 rows.add([(dv, -float(h)), *X, (pn, -1.0), *neg_use], 1.0 - h, inf)
-    # memory, U^t_k and eq. (10)
+    # memory: U^t_0 = M_t + IF_0 and U^t_k = U^t_{k-1} + IF_k (or IB_k), then eq. (10) per (t, k)
     mem_rows: list[tuple[int, int, int]] = []
+    udef = _Rows()  # U^t_k's terms other than U^t_{k-1}, for `complete`
     for t in range(T):
         tick()
+        # M_t: the data and phantom nodes in memory before phase t
         base: list[tuple[int | None, float]] = [(P.get((t, d)), float(s_d[d])) for d in range(nd) if s_d[d]]
         for j, (f, _b) in layers:
             for o in range(len(items[f].seqs)):
                 pj = sc(items[f].phantom[o])
                 if pj:
                     base.append((Sp.get((t, j, o)), float(pj)))
-        acc = list(base)
         for k in range(t + 1):
             it = items[k]
+            inc = list(base) if k == 0 else []  # IF_k / IB_k
             for d in it.outs:
                 if s_d[d]:
-                    acc.append((C[(t, d)], float(s_d[d])))
+                    inc.append((C[(t, d)], float(s_d[d])))
             del_d = [d for d in range(nd) if (t, k, d) in D and s_d[d]]
             dels = [(D[(t, k, d)], float(s_d[d])) for d in del_d]
-            acc.extend((c, -v) for c, v in dels)
+            inc.extend((c, -v) for c, v in dels)
             if it.kind == "F":
                 for o in range(len(it.seqs)):
                     pj = sc(it.phantom[o])
                     if pj:
-                        acc.append((R[(t, k, o)], float(pj)))
+                        inc.append((R[(t, k, o)], float(pj)))
             elif it.kind == "B":
                 j = it.unit
                 f = inst.layer_of[j][0]
                 for o in range(len(it.seqs)):
                     pj = sc(it.phantom[o])
                     if pj:
-                        acc.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
+                        inc.extend([(R[(t, f, o)], -pj), (Sp.get((t, j, o)), -pj), (Sp[(t + 1, j, o)], pj)])
+            prev = [(U[(t, k - 1)], -1.0)] if k else []
+            rows.add([(U[(t, k)], 1.0), *prev, *[(c, -v) for c, v in inc]], 0.0, 0.0)
+            udef.add(inc, 0.0, 0.0)
+            acc = [(U[(t, k)], 1.0)]
             over = [(R[(t, k, o)], float(sc(it.m[o]))) for o in range(len(it.seqs)) if it.m[o]]
             mem_rows.append((len(rows.lb), t, k))
             if kept_budget is not None and k == inst.loss and t == inst.loss:
                 # what the forward part leaves for the backward part (the layer's phantom)
-                rows.add([*acc], -inf, float(kept_budget // g))
+                rows.add(acc, -inf, float(kept_budget // g))
             if not (corrections and any(len(sq) > 1 for sq in it.seqs)):
                 rows.add([*acc, *over, *dels], -inf, float(B))  # (10)
             else:
@@ -477,7 +494,25 @@ def hilp_model(
     m.mem_scale = g  # type: ignore[attr-defined]
     m.mem_budget = float(B)  # type: ignore[attr-defined]
     m.var_maps = (R, P, Sp, C, D)  # type: ignore[attr-defined]
+    cols = np.array(list(U.values()), dtype=np.int64)
+    m.u_cols = cols  # type: ignore[attr-defined]
+    m.u_def = sp.csr_matrix(  # type: ignore[attr-defined]
+        (np.array(udef.v), (np.array(udef.r, dtype=np.int64), np.array(udef.c, dtype=np.int64))),
+        shape=(len(cols), m.num_vars),
+    )
+    m.u_first = np.array([t * (t + 1) // 2 for t, _k in U], dtype=np.int64)  # type: ignore[attr-defined]
     return m, R
+
+
+def complete(model: LinearModel, x: np.ndarray) -> np.ndarray:
+    """``x`` with its U^t_k set from the binary variables (their defining rows hold): every start
+    the warm-start code builds sets only the binaries."""
+    inc = model.u_def @ x  # type: ignore[attr-defined]
+    run = np.cumsum(inc)
+    first = model.u_first  # type: ignore[attr-defined]
+    before = np.where(first > 0, run[np.maximum(first - 1, 0)], 0.0)
+    x[model.u_cols] = run - before  # type: ignore[attr-defined]
+    return x
 
 
 def decode(inst: Instance, x: np.ndarray, R: dict[tuple[int, int, int], int]) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from remat_cli.milp import LinearModel
-from remat_cli.solvers.hilp.model import Instance, OutOfTime
+from remat_cli.solvers.hilp.model import Instance, OutOfTime, complete
 
 
 def sequential_x(inst: Instance, model: LinearModel, choice: Sequence[int]) -> np.ndarray:
@@ -36,7 +36,7 @@ def sequential_x(inst: Instance, model: LinearModel, choice: Sequence[int]) -> n
     for j, (f, b) in inst.layer_of.items():
         for t in range(f + 1, b + 1):
             x[Sp[(t, j, choice[f])]] = 1.0
-    return x
+    return complete(model, x)
 
 
 #: most feasibility checks one sequential-hint search may make (a work limit, not a clock)
@@ -306,7 +306,7 @@ def phase_vector(
     for j, (f, b) in inst.layer_of.items():
         for t in range(f + 1, b + 1):
             x[Sp[(t, j, choice[f])]] = 1.0
-    return x
+    return complete(model, x)
 
 
 def flat_hint(

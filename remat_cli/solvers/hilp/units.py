@@ -311,19 +311,26 @@ def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Un
         return not u.layer and len(u.options) == 1 and not again & u.owned
 
     out.sort(key=lambda u: min(order[n] for n in u.owned))
-    while compute_nodes(out) > cap:
-        pairs = [
-            (a.ops + b.ops, i)
-            for i, (a, b) in enumerate(zip(out, out[1:], strict=False))
-            if mergeable(a)
-            and mergeable(b)
-            and order[b.fwd[0]] == order[a.fwd[-1]] + 1
-            and a.fwd[-1] not in cut
-        ]
-        if not pairs:
+    # each merge rescans the pairs: the per-unit facts are kept, not recomputed per pair
+    # (resnet50_b32 at 50%: 4 s in `owned` and `ops` for a 144-node cut)
+    ok = [mergeable(u) for u in out]
+    ops = [u.ops for u in out]
+    n_compute = compute_nodes(out)
+    while n_compute > cap:
+        best: tuple[int, int] | None = None
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if ok[i] and ok[i + 1] and order[b.fwd[0]] == order[a.fwd[-1]] + 1 and a.fwd[-1] not in cut:
+                if best is None or ops[i] + ops[i + 1] < best[0]:
+                    best = (ops[i] + ops[i + 1], i)
+        if best is None:
             break
-        _, i = min(pairs)
-        out[i : i + 2] = [_plain(ctx, list(out[i].fwd + out[i + 1].fwd))]
+        _, i = best
+        merged = _plain(ctx, list(out[i].fwd + out[i + 1].fwd))
+        out[i : i + 2] = [merged]
+        ok[i : i + 2] = [mergeable(merged)]
+        ops[i : i + 2] = [merged.ops]
+        n_compute -= 1
     return out
 
 

@@ -343,8 +343,8 @@ def hilp_model(
                     D[(t, k, d)] = var()
     # U^t_k of App. B.3 (the memory after node k of phase t), continuous and defined iteratively
     # as the paper does: substituted into eq. (10) each memory row would hold every data node's
-    # P^t_d and every earlier C and D of its phase (torch_resnet_train's top: millions of
-    # nonzeros, a model that took longer to build than its share of the limit)
+    # P^t_d and every earlier C and D of its phase (torch_transformer_train's refined top at
+    # 50%: 1.36M nonzeros built in 0.71 s; with U^t_k 263k in 0.23 s)
     n_bin = len(cost)
     U: dict[tuple[int, int], int] = {}
     for t in range(T):

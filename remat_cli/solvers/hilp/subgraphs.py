@@ -79,6 +79,10 @@ def solve_instance(
     (``deadline``, epoch seconds: the end of the ILP work) still stops a HiGHS run that would
     overrun the user's time limit -- HiGHS has no work limit on its root node -- and what such
     a run found is dropped (the status says so), so that only work-limited results count."""
+    if deadline is not None and time.time() > deadline:
+        # said apart from a model too large to build in time: where the flat start and the
+        # hierarchy used the ILP work's share, the tops are never built (the ONNX exports at 60 s)
+        return None, "not solved: the end of the ILP work had passed before its model was built"
     # building the model and its start must not outlast the end of the ILP work either: a top
     # level the H-Partition could not shrink takes minutes to build (RL n500: 310 items, 170 s)
     try:

@@ -738,3 +738,19 @@ def test_greedy_is_an_early_incumbent_only_with_fallbacks_on() -> None:
     on = incumbents("auto")
     assert on and on[0] == seq
     assert seq not in incumbents("none")
+
+
+def test_a_schedule_the_simulator_rejects_is_skipped_and_said() -> None:
+    """A sequence decoded from the H-ILP's units that is not a valid schedule (resnet50_b32 at
+    70%: a trivial-option sequence read a value before its producer ran) is skipped with a note
+    in the message, not raised as a traceback out of the solver."""
+    from remat_cli.schedule import Step
+
+    g = G.linear(4, seed=0)
+    s = _Solve(g, baseline(g).peak_memory, SolveOptions(time_limit=5, seed=0, workers=1), HILP().defaults())
+    order = [n for n in g.topo_order if n in g.needed_nodes]
+    good = steps_from_sequence(g, order)
+    assert s.simulated(good) is not None and not s.helper_notes
+    bad = [Step(op="compute", node=order[-1])]  # its inputs were never computed
+    assert s.simulated(bad) is None
+    assert any("failed the simulator" in n for n in s.helper_notes)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from remat_cli.graph import Graph, GraphError
-from remat_cli.schedule import Step, baseline, simulate, steps_from_sequence
+from remat_cli.schedule import ScheduleError, SimResult, Step, baseline, simulate, steps_from_sequence
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
 from remat_cli.solvers.hilp.flatstart import FLAT_SHARE, WholeGraph, _names
@@ -228,7 +228,9 @@ class _Solve(WholeGraph):
         # incumbents before the top ILP: every unit once with its fastest or smallest option
         for pick in ("time", "peak", "kept"):
             steps = steps_from_sequence(g, flatten(inst, trivial(inst, pick))[0])
-            sim = simulate(g, steps)
+            sim = self.simulated(steps)
+            if sim is None:
+                continue
             lowest = min(lowest, sim.peak_memory)
             if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
                 best = (sim.cost, steps, sim.peak_memory)
@@ -397,7 +399,11 @@ class _Solve(WholeGraph):
             # a start the engine did not improve on is its schedule: simulated once
             for cand in (sched, *(s for s in starts if s != sched)):
                 steps = steps_from_sequence(g, flatten(inst, cand)[0])
-                sims.append((simulate(g, steps), steps))
+                csim = self.simulated(steps)
+                if csim is not None:
+                    sims.append((csim, steps))
+            if not sims:
+                break
             sim, steps = sims[0]
             lowest = min(lowest, sim.peak_memory)
             self.opt.progress(stage="top", attempt=tries, peak=sim.peak_memory, cost=sim.cost)
@@ -419,6 +425,20 @@ class _Solve(WholeGraph):
             if target <= 0:
                 break
         return kept, statuses, lowest
+
+    def simulated(self, steps: list[Step]) -> SimResult | None:
+        """The simulator's verdict on a schedule decoded from the H-ILP's units, or None (and a
+        note in the message) where it is not a valid schedule: resnet50_b32 at 70%, 60 s, one
+        worker, a trivial-option sequence read a value before its producer ran (a unit's
+        option built from the flat start, not yet understood), and the run ended in a
+        traceback instead of with the flat start's schedule."""
+        try:
+            return simulate(self.g, steps)
+        except ScheduleError as e:
+            note = f"an H-ILP schedule failed the simulator and was skipped ({e})"
+            if note not in self.helper_notes:
+                self.helper_notes.append(note)
+            return None
 
     def span(self) -> float:
         """The time limit the hierarchy's nominal shares are taken of: what the flat start

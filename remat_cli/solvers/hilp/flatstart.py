@@ -23,19 +23,8 @@ from remat_cli.solvers.hilp.units import Unit, flat_option
 #: torch_resnet_train at 70% started from 1.24% where fastsa alone ends at 0.36%); on one core
 #: it used 12 s of 60 on the ONNX exports of 371-627 nodes
 FLAT_SHARE = 0.3
-#: fastsa's own clock check stops the flat start at this share of the limit. At 1, fastsa runs
-#: as it runs alone: the same iterations, the same clock for shortening its first stage (where
-#: its soft-peak kernel runs slower than its assumed rate) and for cutting its greedy start, so
-#: the flat start is fastsa's own schedule. At 0.75 and 0.9, on the ONNX exports at 50%, where
-#: fastsa anneals above the budget for long, the H-ILP's own schedule ended 1.5-4 points above
-#: fastsa alone (torch_resnet_train 13.7% vs 9.85%, mobilenet_v2_b1 14.0% vs 9.9%); at 1 the
-#: clock still decides where fastsa's first stage is shortened (one run of torch_resnet_train:
-#: 13.7% beside fastsa's 9.9%, each on one core at once; unshortened both 9.85%). The H-ILP gets
-#: what fastsa leaves (12-45 s of 60 there); the CLI's watchdog returns the flat start (an
-#: incumbent at once) where the H-ILP overruns
-FLAT_WALL = 1.0
 #: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
-#: one worker), at most what fastsa left of FLAT_WALL (and 1 s at least)
+#: one worker), at most what fastsa left of it (and 1 s at least)
 FLAT_OTHER = 0.1
 
 
@@ -64,8 +53,8 @@ class WholeGraph:
 
     def flat_schedule(self) -> None:
         """Issue 18: the whole-graph schedules of ``flat_start`` (fastsa's and moccasin's by
-        default), run first: fastsa with the iterations of the whole limit, stopped by its own
-        clock check at ``FLAT_WALL`` of it, the others with ``FLAT_OTHER`` of it. The cheapest
+        default), run first: fastsa as it runs alone with the whole limit, the others with
+        ``FLAT_OTHER`` of it (at most what fastsa left). The cheapest
         within budget is kept in ``flat_seq`` (its compute sequence); when none is, greedy's (at
         most 5 s;
         transformer_b32 at 50%: fastsa had none in 15 s where greedy's cost 11.9%, and the
@@ -93,7 +82,7 @@ class WholeGraph:
                 left = (
                     self.limit
                     if name == "fastsa"
-                    else min(FLAT_OTHER * self.limit, max(1.0, FLAT_WALL * self.limit - self.elapsed()))
+                    else min(FLAT_OTHER * self.limit, max(1.0, self.limit - self.elapsed()))
                 )
                 if name not in named:
                     left = min(5.0, left)
@@ -106,8 +95,14 @@ class WholeGraph:
                 # fallbacks on they stand in for early_incumbent's greedy
                 opts.on_incumbent = self.opt.on_incumbent
             if name == "fastsa" and left is not None:
-                opts.started -= (1 - FLAT_WALL) * left  # its wall: FLAT_WALL of the limit
-                opts.nominal_limit = self.opt.work_limit()  # its iterations: as fastsa alone
+                # as fastsa runs alone: the same iterations, and the same clock for shortening its
+                # first stage and cutting its greedy start, so the flat start is fastsa's own
+                # schedule. Stopped at 0.75 or 0.9 of the limit, on the ONNX exports at 50% the
+                # H-ILP's own schedule ended 1.5-4 points above fastsa alone (torch_resnet_train
+                # 13.7% vs 9.85%, mobilenet_v2_b1 14.0% vs 9.9%); the clock still decides where
+                # its first stage is shortened (unshortened, both 9.85%). The H-ILP gets what it
+                # leaves, and the CLI's watchdog returns the flat start where the H-ILP overruns
+                opts.nominal_limit = self.opt.work_limit()
             opts.params = params
             if name == "fastsa" or left is None or multiprocessing.current_process().daemon:
                 r = registry.call_solver(name, self.g, self.budget, opts, self.helper_notes)

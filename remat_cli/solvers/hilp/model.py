@@ -352,7 +352,7 @@ def hilp_model(
             U[(t, k)] = n_bin + len(U)
     m = LinearModel("hilp")
     m.add_vars(n_bin, lb=0.0, ub=1.0, integer=True, cost=np.array(cost))
-    m.add_vars(len(U), lb=-math.inf, ub=math.inf, integer=False)
+    u_cols = m.add_vars(len(U), lb=-math.inf, ub=math.inf, integer=False)
     rows = _Rows()
     inf = math.inf
 
@@ -494,11 +494,10 @@ def hilp_model(
     m.mem_scale = g  # type: ignore[attr-defined]
     m.mem_budget = float(B)  # type: ignore[attr-defined]
     m.var_maps = (R, P, Sp, C, D)  # type: ignore[attr-defined]
-    cols = np.array(list(U.values()), dtype=np.int64)
-    m.u_cols = cols  # type: ignore[attr-defined]
+    m.u_cols = u_cols  # type: ignore[attr-defined]
     m.u_def = sp.csr_matrix(  # type: ignore[attr-defined]
         (np.array(udef.v), (np.array(udef.r, dtype=np.int64), np.array(udef.c, dtype=np.int64))),
-        shape=(len(cols), m.num_vars),
+        shape=(len(u_cols), m.num_vars),
     )
     m.u_first = np.array([t * (t + 1) // 2 for t, _k in U], dtype=np.int64)  # type: ignore[attr-defined]
     return m, R

@@ -168,10 +168,6 @@ def unit_options(ctx: Ctx, job: Job) -> tuple[list[Opt], list[tuple[str, str]]]:
         p0 = found[0].phantom
         runs += [(hi - res, fixed + int(frac * p0)) for frac in job.fractions[1:]]
     per = None if job.time_limit is None else job.time_limit / max(1, len(runs))
-    if job.deadline is not None and time.time() > job.deadline:
-        # the ILP work's end has passed (a flat start that used most of the limit): the trivial
-        # options stand, without building one model per run only to find it out of time
-        runs = []
     for budget, kept in runs:
         # options need not be proven optimal: a 1% gap saves most of the search
         sched, _ = solve_instance(

@@ -395,6 +395,41 @@ def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
     assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
 
 
+def test_a_backward_operator_run_during_the_forward_pass_opens_the_flat_option() -> None:
+    """A whole-graph schedule may run a backward operator that needs nothing of the forward
+    pass (a weight's transpose) before that pass ends, and again later. The flat option keeps
+    that early computation at the head of its backward part: without it the option read the
+    transpose before its later recomputation (resnet50_b32 at 70% ended in a ScheduleError)."""
+    from remat_cli.importers.onnx import from_onnx_file
+    from remat_cli.solvers.hilp.units import flat_option, reads_after_writes
+
+    g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "torch_mlp_train.onnx")
+    ctx = Ctx(g, True)
+    s = _Solve(g, int(0.7 * baseline(g).peak_memory), SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    order = list(g.needed_order)
+    pos = {n: i for i, n in enumerate(order)}
+    checked = 0
+    for u in s.hierarchy(ctx):
+        if not u.layer or not u.bwd:
+            continue
+        start = min(pos[n] for n in u.fwd)
+        for n in u.bwd:
+            ins = [ctx.producer.get(v) for v in g.node_map[n].inputs]
+            if not all(p is None or pos[p] < start for p in ins):
+                continue
+            # n early, inside the forward pass, and again after its first consumer
+            user = min(pos[c] for v in g.node_map[n].outputs for c in g.consumers.get(v, ()))
+            seq = [m for m in order if m != n]
+            seq.insert(seq.index(u.fwd[-1]), n)
+            seq.insert(seq.index(order[user]) + 1, n)
+            assert simulate(g, steps_from_sequence(g, seq)).cost > 0  # a valid schedule
+            opt = flat_option(ctx, u, seq)
+            assert opt is not None and opt.bwd[0] == n
+            assert reads_after_writes(ctx, u.owned, (*opt.fwd, *opt.bwd))
+            checked += 1
+    assert checked >= 1
+
+
 def test_refined_top_splits_backward_blocks() -> None:
     """On an ONNX training graph the pairing from the dataflow makes backward blocks that hold
     their outputs together: the sequential top schedule peaks above the graph's own order.

@@ -430,8 +430,9 @@ class _Solve(WholeGraph):
         """The simulator's verdict on a schedule decoded from the H-ILP's units, or None (and a
         note in the message) where it is not a valid schedule: resnet50_b32 at 70%, 60 s, one
         worker, a trivial-option sequence read a value before its producer ran (a unit's
-        option built from the flat start, not yet understood), and the run ended in a
-        traceback instead of with the flat start's schedule."""
+        option built from the flat start, since fixed in `flat_option`), and the run ended in
+        a traceback instead of with the flat start's schedule. Kept as the net under every
+        option source."""
         try:
             return simulate(self.g, steps)
         except ScheduleError as e:

@@ -405,7 +405,12 @@ def test_a_backward_operator_run_during_the_forward_pass_opens_the_flat_option()
 
     g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "torch_mlp_train.onnx")
     ctx = Ctx(g, True)
-    s = _Solve(g, int(0.7 * baseline(g).peak_memory), SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = _Solve(
+        g,
+        int(0.7 * baseline(g).peak_memory),
+        SolveOptions(time_limit=20, seed=0, workers=1),
+        HILP().defaults(),
+    )
     order = list(g.needed_order)
     pos = {n: i for i, n in enumerate(order)}
     checked = 0

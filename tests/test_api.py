@@ -139,3 +139,16 @@ def test_import_is_light_and_names_resolve() -> None:
     assert set(remat_cli.__all__) <= set(dir(remat_cli))
     with pytest.raises(AttributeError):
         remat_cli.no_such_name  # noqa: B018
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")
+def test_default_workers_are_the_cores_this_process_may_use() -> None:
+    """Pinned to one core (taskset, a container's cpuset), a solve defaults to one worker: with
+    the machine's count, hilp's and auto's helpers shared that core and found nothing in 10 s."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
+        "from remat_cli.solver import SolveOptions; from remat_cli.sweep.pool import default_jobs;"
+        "print(SolveOptions().workers, default_jobs())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1"]

@@ -8,12 +8,12 @@ neighbours and the seconds recorded stay comparable with a solve run alone.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import threading
 import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from remat_cli.solver import usable_cores
 from remat_cli.sweep.cells import Cell
 from remat_cli.sweep.runner import empty_record, kill_running, run_cell
 
@@ -21,7 +21,7 @@ Result = tuple[Cell, dict[str, Any], str | None]
 
 
 def default_jobs() -> int:
-    return max(1, (os.cpu_count() or 2) // 2)
+    return max(1, usable_cores() // 2)
 
 
 def error_record(cell: Cell, message: str) -> dict[str, Any]:

@@ -271,6 +271,32 @@ def test_greedy_start_never_ends_above_greedy() -> None:
     assert sim.cost <= simulate(g, gsched.steps).cost + 1e-9
 
 
+def test_greedy_start_gets_the_time_the_second_stage_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy's start inside fastsa is held to the clock (it has no iteration budget), so it gets
+    all the time left but what the second stage needs at the assumed rate: held to a fifth of it,
+    greedy was cut on resnet18_b32 at 50%, 60 s, although fastsa ended after 40 s, and the
+    schedule depended on the clock."""
+    from remat_cli.solvers.greedy import Greedy
+
+    seen: list[tuple[float, float]] = []
+    solve = Greedy.solve
+
+    def timed(self: Greedy, graph: Graph, budget: int, options: SolveOptions):  # type: ignore[no-untyped-def]
+        seen.append((float(options.time_limit or 0.0), outer.remaining() or 0.0))
+        return solve(self, graph, budget, options)
+
+    monkeypatch.setattr(Greedy, "solve", timed)
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.7 * baseline(g).peak_memory)
+    params = F.FastSA().defaults() | {"iterations": 20_000, "iterations2": 30_000}
+    outer = SolveOptions(time_limit=100.0, seed=0, workers=1, params=params)
+    F.FastSA().solve(g, budget, outer)
+    assert seen, "the second stage's greedy start ran"
+    limit, left = seen[0]
+    assert limit >= left - 1.5 * 30_000 / params["rate"] - 0.5  # not a fifth of what was left
+    assert limit <= left
+
+
 def _mlp_training_graph(layers: int, size: int = 4000) -> Graph:
     """An MLP training step with the small ops of a PyTorch ONNX export (torch_mlp_train.onnx):
     Gemm and Relu per layer forward; Greater, Cast, Mul, Transpose and two MatMuls per layer

@@ -221,6 +221,9 @@ class FastSA(Solver):
         run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
         run.chain_max = 0 if no_rec else int(p["chain"])
         run.tight_after = min(1.0, max(0.0, float(p["tight_after"])))
+        # the seconds the second stage needs at the assumed rate, with a margin for polish and a
+        # machine slower than the rate: what greedy's start leaves of the time
+        run.reserve = 1.5 * n2 / float(p["rate"])
 
         # first stage: grouped nodes, until the budget is met (App. D.4)
         prob1 = grouped if grouped is not None else base_prob
@@ -261,7 +264,7 @@ class FastSA(Solver):
         elif best1.feas.order is not None and p["greedy_start"] and not no_rec and n2 > 0:
             # greedy's schedule, when cheaper than the first stage's best, is where the second
             # stage starts (a first stage cut short on a loaded machine can end above greedy)
-            g_order = _greedy_start(graph, nv, base_prob, budget, options, run)
+            g_order = _greedy_start(graph, nv, base_prob, budget, options, run, run.reserve)
             if g_order is not None:
                 ids = nv.ids
                 f_order = _to_base(base_prob, expand(prob1, best1.feas.order))
@@ -319,19 +322,28 @@ class FastSA(Solver):
 
 
 def _greedy_start(
-    graph: Graph, nv: NodeView, base_prob: Problem, budget: int, options: SolveOptions, run: _Run
+    graph: Graph,
+    nv: NodeView,
+    base_prob: Problem,
+    budget: int,
+    options: SolveOptions,
+    run: _Run,
+    reserve: float,
 ) -> list[int] | None:
-    """Greedy's schedule within budget as base-problem indices, or None. Greedy gets a fifth of
-    the time left and is held to it: with one worker (the deterministic mode) it would run every
-    strategy to its end, 10 s and more on resnet18_b32 at 50% whatever the limit. A run the clock
-    cut is marked as such (`wall_stopped`)."""
+    """Greedy's schedule within budget as base-problem indices, or None. Greedy gets the time
+    left but `reserve` seconds, what the stages after it need at the assumed rate (a fifth of
+    the time left at least), and is held to it: with one worker (the deterministic mode) it
+    would run every strategy to its end, 10 s and more on resnet18_b32 at 50% whatever the
+    limit. A run the clock cut is marked as such (`wall_stopped`). Held to a fifth of the time
+    left, it was cut there at 60 s although fastsa ended after 40 s: its schedule, and so
+    fastsa's, depended on the clock."""
     from remat_cli import registry
 
     if "greedy" not in registry.names():
         return None
     greedy = registry.get("greedy")
     left = options.remaining()
-    limit = None if left is None else max(1.0, 0.2 * left)
+    limit = None if left is None else max(1.0, 0.2 * left, left - reserve)
     opts = SolveOptions(time_limit=limit, seed=options.seed, workers=1 if limit is None else 2)
     opts.params = greedy.defaults()
     steps = greedy.solve(graph, budget, opts).steps
@@ -360,7 +372,8 @@ def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best
     if found is not None:
         return found, "; stage 2 started from the given hint (stage 1 ended above the budget)"
     if options.params.get("greedy_start", True):
-        found = _greedy_start(graph, nv, base_prob, budget, options, run)
+        # the peak-alone annealing after it runs the soft peak, up to 3 times slower
+        found = _greedy_start(graph, nv, base_prob, budget, options, run, 2 * run.reserve)
         if found is not None:
             return found, "; stage 2 started from greedy's schedule (stage 1 ended above the budget)"
     low = best1.low.order if best1.low.order is not None else state1.order()
@@ -402,6 +415,7 @@ class _Run:
         self.chain = 0  # the chain length the kernel runs with now (see stage)
         self.chain_max = 0
         self.tight_after = 1.0
+        self.reserve = 0.0  # seconds greedy's start leaves to the second stage (see _greedy_start)
         self.tight_from: int | None = None  # run iterations when the tight part of stage 1 began
         self.iterations = 0
         self.wall_stopped = False

@@ -85,7 +85,7 @@ def main() -> None:
     "--workers",
     type=POSITIVE_INT,
     default=None,
-    help="Threads for solvers that use them (default: all cores).",
+    help="Threads for solvers that use them (default: the cores this process may run on).",
 )
 @click.option("--hint", type=click.Path(exists=True, dir_okay=False), help="A schedule to warm-start from.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")

@@ -448,7 +448,6 @@ class _Run:
         if stop_at_budget and m0 <= self.budget:
             return StageBest(feas, low)
         p_add = p_rem = 0.0 if no_rec else (1.0 - self.p_rotate) / 2.0
-        ratio = (hf / h0) ** (1.0 / n_iter) if n_iter > 0 and h0 > 0 else 1.0
         # `n_iter` is work: an iteration of the tight part's soft peak counts SOFT_WORK, every
         # other one 1; the temperature and the slope above the budget follow the work done
         it = 0
@@ -457,6 +456,12 @@ class _Run:
         since_better = 0
         w_rate, t_rate = 0.0, time.monotonic()
         w0 = 0.0  # where the temperature schedule (re)started
+
+        def cooling() -> float:
+            # the kernel's factor per iteration: from h0 at w0 to hf when the work reaches n_iter
+            return (hf / h0) ** (weight / (n_iter - w0)) if h0 > 0 and n_iter > w0 else 1.0
+
+        ratio = cooling()
         tight_at = int(self.tight_after * n_iter) if stage == 1 and self.chain_max > 0 else n_iter + 1
         while work < n_iter:
             if work >= tight_at and feas.order is None and not self.chain and n_iter - work >= 2 * CHUNK:
@@ -478,7 +483,7 @@ class _Run:
                 s.respread(low.order if low.order is not None else s.order())
                 weight = SOFT_WORK
                 w0, w_rate, t_rate = work, work, time.monotonic()
-                ratio = (hf / h0) ** (weight / (n_iter - w0)) if h0 > 0 else 1.0
+                ratio = cooling()
             if self.tight_from is not None and stage == 1 and feas.order is None:
                 # an adaptive penalty: from the middle of the tight part on, the slope above the
                 # budget grows from --over-budget-weight to RESCUE_OVER at its end, and stays where
@@ -545,14 +550,14 @@ class _Run:
                 reach = work + 0.9 * rate * left
                 if reach < n_iter and work - w_rate >= 2 * CHUNK * weight:
                     n_iter = int(max(work + CHUNK * weight, reach))
-                    ratio = (hf / h0) ** (weight / (n_iter - w0)) if h0 > 0 else 1.0
+                    ratio = cooling()
                     self.wall_stopped = True
             # the soft peak of a first stage that anneals it only until the budget is met (see
             # above) gives way to the exact peak once a schedule fits
             if stage == 1 and s.lse and not self.lse and feas.order is not None:
                 s.set_lse(False)
                 weight = 1.0
-                ratio = (hf / h0) ** (1.0 / (n_iter - w0)) if h0 > 0 else 1.0
+                ratio = cooling()
                 w_rate, t_rate = work, time.monotonic()
             # re-spread so that every gap has nops again, which also recomputes C and the trees
             # exactly (no drift from millions of incremental updates)

@@ -431,3 +431,24 @@ def test_soft_peak_iterations_count_as_more_work() -> None:
     stage1 = res.params["iterations_run"] - n2
     assert SOFT_WORK > 1 and tight_from < n1
     assert abs(stage1 - (tight_from + (n1 - tight_from) / SOFT_WORK)) <= 2
+
+
+def test_chains_side_by_side_keep_the_cheapest_seed() -> None:
+    """Two workers run seeds s and s + 1 as two chains and keep the cheaper schedule: the one
+    each seed gives alone, so never worse than one chain; --chains 1 is the single chain."""
+    g = G.random_layered(60, seed=0)
+    budget = int(0.7 * baseline(g).peak_memory)
+    params = {"iterations": 200_000, "iterations2": 50_000}
+    alone = [
+        run_solver(g, budget, "fastsa", SolveOptions(seed=s, workers=1, params=params))[0] for s in (0, 1)
+    ]
+    assert alone[0] is not None and alone[1] is not None
+    costs = [simulate(g, a.steps).cost for a in alone]
+    assert costs[0] != costs[1]  # else the choice is not checked
+    both, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=2, params=params))
+    assert both is not None
+    cheaper = alone[costs.index(min(costs))]
+    assert both.steps == cheaper.steps and simulate(g, both.steps).cost == min(costs)
+    assert "the cheapest of 2 chains" in (res.message or "")
+    one, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=2, params=params | {"chains": 1}))
+    assert one is not None and one.steps == alone[0].steps

@@ -1,8 +1,7 @@
 """The embedded pool: cells on local threads, each thread waiting on its own child solve.
 
 The threads only wait; the work happens in the child processes `run_cell` starts. The default
-is one solve per 2 cores, so a solver that uses two threads (CP-SAT, HiGHS) is not slowed by its
-neighbours and the seconds recorded stay comparable with a solve run alone.
+is one solve per `CELL_CORES` (2) cores, each told to use that many workers (see runner.py).
 """
 
 from __future__ import annotations
@@ -15,13 +14,13 @@ from typing import Any
 
 from remat_cli.solver import usable_cores
 from remat_cli.sweep.cells import Cell
-from remat_cli.sweep.runner import empty_record, kill_running, run_cell
+from remat_cli.sweep.runner import CELL_CORES, empty_record, kill_running, run_cell
 
 Result = tuple[Cell, dict[str, Any], str | None]
 
 
 def default_jobs() -> int:
-    return max(1, usable_cores() // 2)
+    return max(1, usable_cores() // CELL_CORES)
 
 
 def error_record(cell: Cell, message: str) -> dict[str, Any]:

@@ -31,6 +31,11 @@ from remat_cli.cli_common import EXIT_INFEASIBLE
 from remat_cli.schedule import Schedule
 from remat_cli.sweep.cells import Cell
 
+#: cores one sweep cell's solve may use (`--workers`): the pool runs one cell per this many
+#: cores, so that a solver running one thread or chain per worker (CP-SAT, HiGHS, fastsa) is not
+#: slowed by its neighbours, and the seconds recorded stay comparable with a solve run alone
+CELL_CORES = 2
+
 _running: set[subprocess.Popen[str]] = set()
 _lock = threading.Lock()
 
@@ -55,10 +60,19 @@ class ChildSolve:
 
 
 def solve_in_subprocess(
-    graph_file: Path, budget: int, solver: str, time_limit: float, seed: int, out: Path
+    graph_file: Path,
+    budget: int,
+    solver: str,
+    time_limit: float,
+    seed: int,
+    out: Path,
+    workers: int | None = None,
 ) -> ChildSolve:
+    """`workers`: the child's --workers (None: its default, the cores it may run on)."""
     cmd = [sys.executable, "-m", "remat_cli", "solve", str(graph_file), "--budget", str(budget)]
     cmd += ["--solver", solver, "--time-limit", str(time_limit), "--seed", str(seed), "-q", "-o", str(out)]
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
     t0 = time.monotonic()
     # Its own session: a Ctrl-C at the terminal reaches the sweep, which decides what to stop.
     proc = subprocess.Popen(
@@ -117,7 +131,7 @@ def run_cell(cell: Cell | dict[str, Any], graph_text: str) -> tuple[dict[str, An
         graph_file = Path(tmp, "graph.json")
         graph_file.write_text(graph_text)
         child = solve_in_subprocess(
-            graph_file, c.budget_bytes, c.solver, c.time_limit, c.seed, Path(tmp, "schedule.json")
+            graph_file, c.budget_bytes, c.solver, c.time_limit, c.seed, Path(tmp, "schedule.json"), CELL_CORES
         )
     record["wall_seconds"] = round(child.wall_seconds, 3)
     s = child.schedule

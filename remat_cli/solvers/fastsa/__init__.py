@@ -61,6 +61,11 @@ in fixed-size chunks; every stopping decision depends on iteration counts only. 
 turned into an iteration budget with a fixed assumed rate (``rate`` iterations per second), so
 the same seed gives the same schedule whatever the machine's speed; only when the machine is
 slower than that rate does the wall-clock safety net stop earlier, and the message then says so.
+
+Chains (a deviation, :mod:`remat_cli.solvers.fastsa.chains`): with more than one worker, one
+chain per worker runs side by side, chain k with seed + k and the whole iteration budget, and the
+cheapest schedule is kept (``chains``; one worker: the single chain of the paper). The result then
+depends on the seed and the worker count.
 """
 
 from remat_cli.solvers.fastsa.problem import CHUNK, Problem, State, expand, group_nodes, original_problem

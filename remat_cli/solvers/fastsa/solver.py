@@ -15,6 +15,7 @@ from remat_cli.graph import Graph, NodeView
 from remat_cli.schedule import Step, simulate, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.fastsa import kernel as K
+from remat_cli.solvers.fastsa.chains import can_fork, run_chains
 from remat_cli.solvers.fastsa.problem import (
     CHUNK,
     Best,
@@ -36,6 +37,8 @@ RESCUE_OVER = 20.0
 #: overhead resnet18_b32 16.2% -> 14.4%, torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1
 #: 9.9% -> 9.6%, torch_resnet_train 11.2% -> 12.0%; the slow cells end 4-7 s earlier
 SOFT_WORK = 1.15
+#: most chains --chains 0 runs (one per worker): each holds its own copy of the state
+AUTO_CHAINS = 8
 
 
 class FastSA(Solver):
@@ -157,6 +160,15 @@ class FastSA(Solver):
         ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
+            "chains",
+            int,
+            0,
+            "independent chains side by side, chain k with seed + k and the whole iteration budget; "
+            f"the cheapest schedule is kept (0: one per worker, at most {AUTO_CHAINS})",
+            low=0,
+            high=64,
+        ),
+        Param(
             "patience",
             int,
             2_000_000,
@@ -187,6 +199,13 @@ class FastSA(Solver):
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         _warm_up()
+        k = int((self.defaults() | options.params)["chains"]) or min(options.workers, AUTO_CHAINS)
+        if k > 1 and can_fork():
+            return run_chains(functools.partial(self._chain, graph, budget), graph, budget, options, k)
+        return self._chain(graph, budget, options)
+
+    def _chain(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        """One annealing chain: the two stages of App. D.4 with their rescue and polish."""
         p = self.defaults() | options.params
         nv = graph.node_view
         resident = float(nv.resident)

@@ -48,8 +48,9 @@ How the pieces fit:
   compute nodes) is solved after the top, with half the top's nominal time (the overall
   deadline still holds), and the cheaper schedule counts.
 - **Flat start (issue 18).** Whole-graph solvers (``flat_start``: fastsa, run as it runs alone
-  with the whole limit, then moccasin with a tenth of it) run first; the cheapest schedule
-  within budget is the flat start. The refined top is cut
+  with the whole limit and one chain per core the fallbacks' process leaves, see
+  :mod:`remat_cli.solvers.fastsa.chains`; then moccasin with a tenth of it) run first; the
+  cheapest schedule within budget is the flat start. The refined top is cut
   along it instead of where the memory is (:func:`follow`): a unit that schedule runs in
   separate stretches, or in whose stretch it recomputes something, is replaced by its pieces,
   pieces are cut around what it recomputes, and neighbouring pieces it runs once merge back

@@ -42,6 +42,7 @@ class WholeGraph:
     p: dict[str, Any]
     limit: float | None
     deterministic: bool
+    parallel: bool
     helper_notes: list[str]
     flat_seq: list[str] | None
     flat_start: tuple[float, list[Step], int] | None
@@ -89,7 +90,9 @@ class WholeGraph:
             # greedy with one worker (the deterministic mode) runs every strategy to its end
             # whatever its limit (resnet18_b32 at 50%: 10 s and more for "at most 5 s"); with two
             # it is held to it, at the price of a clock-dependent start where it is cut
-            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2 if name == "greedy" else 1)
+            # fastsa runs one chain per core the portfolio leaves (its chains module)
+            workers = {"greedy": 2, "fastsa": max(1, self.opt.workers - self.parallel)}.get(name, 1)
+            opts = SolveOptions(time_limit=left, seed=self.opt.seed, workers=workers)
             if name == "fastsa":
                 # its schedules so far are the flat start's (the H-ILP's own, see below); with
                 # fallbacks on they stand in for early_incumbent's greedy

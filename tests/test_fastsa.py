@@ -452,3 +452,34 @@ def test_chains_side_by_side_keep_the_cheapest_seed() -> None:
     assert "the cheapest of 2 chains" in (res.message or "")
     one, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=2, params=params | {"chains": 1}))
     assert one is not None and one.steps == alone[0].steps
+
+
+def test_the_last_rescue_evicts_in_the_least_peak_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When stage 1, greedy and the peak-alone annealing all end above the budget, greedy's
+    eviction runs once more in the order of the least peak annealed: a topological order of
+    every needed node, each first computed once (torch_mlp_train at 40%, where all of them end
+    above it)."""
+    from pathlib import Path
+
+    from remat_cli import load_graph
+    from remat_cli.solvers.fastsa import solver as fastsa_solver
+
+    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_mlp_train.onnx")
+    budget = int(baseline(g).peak_memory * 0.4)
+    orders: list[list[str]] = []
+    evict = fastsa_solver.evict_in_order
+
+    def spy(graph: Graph, b: int, order: list[str]) -> list | None:
+        orders.append(order)
+        return evict(graph, b, order)
+
+    monkeypatch.setattr(fastsa_solver, "evict_in_order", spy)
+    params = {"iterations": 60_000, "iterations2": 40_000}
+    s, r = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert len(orders) == 1, r.message
+    order = orders[0]
+    assert sorted(order) == sorted(g.needed_nodes)
+    at = {n: k for k, n in enumerate(order)}
+    producer = {v: n.id for n in g.nodes for v in n.outputs}
+    for n in order:
+        assert all(at[producer[v]] < at[n] for v in g.node_map[n].inputs if v in producer), n

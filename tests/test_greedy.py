@@ -16,7 +16,7 @@ import pytest
 from remat_cli import generators, load_graph
 from remat_cli.graph import Graph
 from remat_cli.runner import run_solver
-from remat_cli.schedule import baseline, peak_lower_bound
+from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import greedy
 from remat_cli.solvers.greedy import dtr
@@ -119,3 +119,12 @@ def test_a_strategy_stuck_far_above_the_budget_is_not_aimed_lower(monkeypatch: p
     schedule, result = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
     assert schedule is not None and schedule.summary.peak_memory <= budget, result.message
     assert aims and all(aim == budget for aim in aims), aims
+
+
+def test_evict_in_order_fits_where_the_graphs_order_does_not() -> None:
+    """fastsa's last rescue: DTR in a given order of first computations. LATE_READER's own order
+    keeps x live across the peak, which no eviction removes (X runs once); X after C fits."""
+    g = Graph.model_validate(LATE_READER)
+    assert greedy.evict_in_order(g, 210, ["X", "A", "B", "C", "Y"]) is None
+    steps = greedy.evict_in_order(g, 210, ["A", "B", "C", "X", "Y"])
+    assert steps is not None and simulate(g, steps).peak_memory <= 210

@@ -8,6 +8,7 @@ the budget), 2 bad input or the provider is unavailable.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -201,6 +202,13 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
             out = export_training_graph(made, output, name=Path(output).stem, check=check)
         except AssertionError as e:
             raise BadInput(f"the export does not match torch autograd: {e}") from None
+        except Exception as e:
+            if not type(e).__module__.startswith("torch.onnx"):
+                raise
+            # torch.onnx's conversion errors run to a page; the operator it lacks is the news
+            op = re.search(r"No ONNX function found for <OpOverload\(op='([^']+)'", str(e))
+            why = f"it has no ONNX function for {op.group(1)}" if op else str(e).strip().splitlines()[0]
+            raise BadInput(f"torch.onnx cannot export this training step: {why}") from None
         err.print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
 
     go()

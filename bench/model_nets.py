@@ -1,7 +1,8 @@
 """torchvision-style training graphs for bench/model.py, built from their layer definitions with
 random weights (no downloads, no torchvision): AlexNet, VGG-11, ResNet-18, ResNet-50 (bottleneck
 blocks [3, 4, 6, 3]), MobileNet-v2 and a Transformer encoder, at a reduced 64x64 input so the ONNX
-graphs stay small; batch 1 and 32.
+graphs stay small; batch 1 and 32. Added later: a ViT (batch 16) and a GPT-style decoder with
+causal attention (batch 8).
 
     remat export-torch bench/model_nets.py:resnet18_b1 -o /tmp/resnet18_b1.onnx
     python3 bench/model_nets.py OUT_DIR [names...]       # all of them
@@ -141,6 +142,55 @@ class Encoder(nn.Module):
         return self.head(x).flatten(0, 1)
 
 
+class Block(nn.Module):
+    """Pre-LayerNorm attention (written out: MatMul, Softmax) and a GELU MLP, as GPT-2 and ViT."""
+
+    def __init__(self, d: int, heads: int, causal: bool):
+        super().__init__()
+        self.h, self.causal = heads, causal
+        self.ln1, self.qkv, self.o = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln2, self.f1, self.f2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (
+            z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in self.qkv(self.ln1(x)).chunk(3, -1)
+        )
+        a = q @ k.transpose(-1, -2) / (d // self.h) ** 0.5
+        if self.causal:
+            a = a + torch.triu(torch.full((t, t), -1e9), 1)
+        x = x + self.o((a.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.f2(F.gelu(self.f1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int = 500, d: int = 128, layers: int = 4, t: int = 64):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(t, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, 4, True) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens) + self.pos
+        for b in self.blocks:
+            h = b(h)
+        return self.head(self.ln(h)).flatten(0, 1)
+
+
+class ViT(nn.Module):
+    def __init__(self, d: int = 96, layers: int = 4):
+        super().__init__()
+        self.patch, self.pos = nn.Conv2d(3, d, 8, 8), nn.Parameter(torch.randn(64, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, 3, False) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+        for b in self.blocks:
+            h = b(h)
+        return self.head(self.ln(h).mean(1))
+
+
 def _images(batch: int):
     g = torch.Generator().manual_seed(0)
     return torch.randn(batch, 3, 64, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
@@ -158,6 +208,13 @@ def _transformer(batch: int):
     return Encoder(), (x, torch.randint(0, 1000, (batch * 64,), generator=g)), F.cross_entropy
 
 
+def _gpt(batch: int):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 500, (batch, 64), generator=g)
+    return GPT(), (x, torch.randint(0, 500, (batch * 64,), generator=g)), F.cross_entropy
+
+
 NETS = {
     "alexnet": alexnet,
     "vgg11": vgg11,
@@ -168,6 +225,9 @@ NETS = {
 SPECS = {
     **{f"{k}_b{b}": (lambda k=k, b=b: _spec(NETS[k], b)) for k in NETS for b in (1, 32)},
     **{f"transformer_b{b}": (lambda b=b: _transformer(b)) for b in (1, 32)},
+    # added after the others: a decoder with causal attention and a vision transformer
+    "vit_b16": lambda: _spec(ViT, 16),
+    "gpt_b8": lambda: _gpt(8),
 }
 globals().update(SPECS)  # `remat export-torch bench/model_nets.py:resnet18_b1`
 

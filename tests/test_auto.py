@@ -126,3 +126,14 @@ def test_greedy_branch_and_bound_keeps_the_cheapest_strategy(fraction: float) ->
     best = costs[False] or costs[True]
     if best:
         assert r.status == "feasible" and simulate(g, r.steps).cost == pytest.approx(min(best))
+
+
+def test_one_process_runs_fastsa_first() -> None:
+    """With one worker the lanes run one after the other, fastsa first: it keeps to its share,
+    where the model building of the exact solvers is not clocked."""
+    assert auto.one_lane(auto.portfolio(LAYERED))[0] == "fastsa"
+    assert sorted(auto.one_lane(auto.portfolio(LAYERED))) == sorted(sum(auto.portfolio(LAYERED), []))
+    g = G.random_layered(14, seed=1)
+    _, result = run_solver(g, budget(g, 0.85), "auto", SolveOptions(time_limit=6, workers=1))
+    assert "one after the other" in (result.message or "")
+    assert result.params["lanes"] == [auto.one_lane(auto.portfolio(g))]

@@ -157,7 +157,8 @@ class FastSA(Solver):
             True,
             "start the second stage from greedy's schedule when it is cheaper than the first stage's best "
             "(torch_transformer_train at 70%, 60 s: 2.3% instead of 4.2%), and the rescue from it when "
-            "there is no hint (off: greedy never runs inside fastsa)",
+            "there is no hint (off: greedy's solve never runs inside fastsa; the last rescue, greedy's "
+            "eviction in the order of the least peak annealed, still does)",
         ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
@@ -405,10 +406,9 @@ def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best
         return _to_base(base_prob, expand(prob1, best_r.feas.order)), (
             "; the budget was met by annealing the peak alone (stage 1 ended above it)"
         )
-    if not options.params.get("greedy_start", True):
-        return None, ""
     # last: greedy's eviction with the first computations in the order of the least peak
-    # annealed. That order holds few bytes live; eviction then fits what the annealing left just
+    # annealed (also with greedy_start off, as `auto` runs fastsa after greedy failed: it takes
+    # a fraction of a second). That order holds few bytes live; eviction then fits what the annealing left just
     # above the budget (mobilenet_v2_b1 at 50%, 30 s, seeds 0 and 1: 6% and 1.4% above, where
     # greedy's own orders end 25% above), at a high cost stage 2 then lowers
     low_r = best_r.low.order if best_r.low.order is not None else low

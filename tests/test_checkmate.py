@@ -311,3 +311,27 @@ def test_repair_brings_an_over_budget_rounding_within_the_budget() -> None:
     assert sched is not None and res.status == "feasible" and "greedy repair" in (res.message or "")
     assert sched.summary.peak_memory <= budget
     assert res.lower_bound is not None and res.lower_bound <= sched.summary.cost + 1e-9
+
+
+def test_no_model_is_built_once_the_warm_starts_used_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's build and warm start are not clocked: with the limit spent by the warm starts
+    (greedy with one worker runs to its end) the solve stops before building it, and a warm
+    start within the budget is still the answer."""
+    from remat_cli.solvers.checkmate import solver as cm_solver
+
+    built: list[int] = []
+    build = cm_solver.build_model
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        built.append(1)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(cm_solver, "build_model", spy)
+    g = G.random_layered(40, seed=2)
+    b = int(0.8 * baseline(g).peak_memory)
+    s, r = run_solver(g, b, "checkmate", SolveOptions(time_limit=1e-3, seed=0, workers=1))
+    assert not built, r.message
+    assert "before the MILP model was built" in (r.message or "")
+    assert s is None or s.summary.peak_memory <= b
+    s, r = run_solver(g, b, "checkmate", SolveOptions(time_limit=30, seed=0, workers=1))
+    assert built and s is not None and s.summary.peak_memory <= b  # with time, the model is built

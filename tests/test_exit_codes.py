@@ -200,24 +200,34 @@ def test_numeric_solver_option_outside_its_range_is_bad_input(
     assert not out.exists()
 
 
-def test_export_torch_names_the_operator_torch_onnx_cannot_export(tmp_path: Path) -> None:
-    """AvgPool2d's backward (DenseNet's transitions) has no ONNX function in torch.onnx: one line
-    naming it, exit 2, no output file (without torch: the extra to install)."""
+def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path: Path) -> None:
+    """AvgPool2d's backward (DenseNet's transitions) has no ONNX function in torch.onnx: it is
+    decomposed into a transposed convolution, checked against torch autograd by the export; with
+    ceil_mode (not decomposed) the export is one line naming the operator, exit 2, no file.
+    Without torch: the extra to install."""
     factory = tmp_path / "factory.py"
     factory.write_text(
         "import torch\n"
         "from torch import nn\n"
-        "def make():\n"
-        "    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 2))\n"
-        "    return net, (torch.randn(2, 3, 8, 8), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+        "def make(ceil=False, side=8):\n"
+        "    pool = nn.AvgPool2d(2, ceil_mode=ceil)\n"
+        "    net = nn.Sequential(nn.Conv2d(3, 4, 3), pool, nn.Flatten(), nn.LazyLinear(2))\n"
+        "    x = torch.randn(2, 3, side, side)\n"
+        "    net(x)\n"
+        "    return net, (x, torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+        "def ceil():\n"
+        "    return make(True, 9)\n"
     )
     out = tmp_path / "out.onnx"
-    line = bad_input("export-torch", f"{factory}:make", "-o", out)
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
-        assert "pip install 'remat-cli[torch]'" in line
-    else:
-        assert line == (
-            "remat: error: torch.onnx cannot export this training step: it has no ONNX function for "
-            "aten.avg_pool2d_backward"
-        )
+        assert "pip install 'remat-cli[torch]'" in bad_input("export-torch", f"{factory}:make", "-o", out)
+        return
+    code, _, err = invoke("export-torch", f"{factory}:make", "-o", out)
+    assert code == 0 and out.exists(), err
+    out.unlink()
+    line = bad_input("export-torch", f"{factory}:ceil", "-o", out)
+    assert line == (
+        "remat: error: torch.onnx cannot export this training step: it has no ONNX function for "
+        "aten.avg_pool2d_backward"
+    )
     assert not out.exists()

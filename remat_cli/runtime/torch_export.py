@@ -4,8 +4,8 @@ remat can import and `remat run` can replay (needs the optional extra ``remat-cl
 Route: ``make_fx`` (real tracing) of ``torch.func.grad_and_value`` over ``functional_call``,
 decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX exporter lacks or
 that keep onnxruntime's hidden temporaries small — ``aten.convolution_backward`` into
-convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``, ReLU's backward as a
-mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is traced under
+convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``,
+``avg_pool2d_backward`` into a transposed convolution, ReLU's backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is traced under
 ``sdpa_kernel(SDPBackend.MATH)``; BatchNorm in training mode needs
 ``track_running_stats=False``. Parameters and data are graph inputs; the loss and every
 gradient are graph outputs. Local functions are inlined and every node gets a unique name
@@ -115,6 +115,43 @@ def _max_pool_backward(
     return flat.view(x.shape)
 
 
+def _avg_pool_backward(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """avg_pool2d_backward (DenseNet's transitions; torch.onnx has no ONNX function for it) as a
+    grouped transposed convolution with a kernel of ones of the gradient divided by each
+    window's divisor. ceil_mode windows are left to the exporter (NotImplemented)."""
+    if ceil_mode:
+        return NotImplemented
+    kh, kw = (list(kernel_size) * 2)[:2]
+    sh, sw = (list(stride or kernel_size) * 2)[:2]
+    ph, pw = (list(padding) * 2)[:2]
+    if divisor_override:
+        g = grad_out / divisor_override
+    elif count_include_pad or (ph, pw) == (0, 0):
+        g = grad_out / (kh * kw)
+    else:  # windows over the padding count only their real elements
+        ones = x.new_ones((1, 1, x.shape[2], x.shape[3]))
+        count = aten.convolution(
+            ones, x.new_ones((1, 1, kh, kw)), None, [sh, sw], [ph, pw], [1, 1], False, [0, 0], 1
+        )
+        g = grad_out / count
+    # output_padding recovers the input size lost to integer division by the stride
+    op = [
+        x.shape[2] - ((grad_out.shape[2] - 1) * sh - 2 * ph + kh),
+        x.shape[3] - ((grad_out.shape[3] - 1) * sw - 2 * pw + kw),
+    ]
+    c = x.shape[1]
+    return aten.convolution(g, x.new_ones((c, 1, kh, kw)), None, [sh, sw], [ph, pw], [1, 1], True, op, c)
+
+
 def _threshold_backward(grad_out: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
     """ReLU's backward as grad * (x > threshold): onnxruntime's Where (the default
     decomposition) keeps two hidden output-sized temporaries; here every tensor is visible."""
@@ -126,6 +163,7 @@ def decompositions() -> dict:
     table[aten.threshold_backward.default] = _threshold_backward
     table[aten.convolution_backward.default] = _conv_backward
     table[aten.max_pool2d_with_indices_backward.default] = _max_pool_backward
+    table[aten.avg_pool2d_backward.default] = _avg_pool_backward
     return table
 
 

@@ -44,20 +44,23 @@ def run_chains(chain: Chain, graph: Graph, budget: int, options: SolveOptions, k
         proc.start()
         send.close()
         children.append((proc, recv))
-    results: list[SolverResult | None] = [chain(replace(options, workers=1))]
-    for proc, recv in children:
-        left = options.remaining()
-        got: Any = None
-        try:
-            if recv.poll(None if left is None else left + GRACE):
-                got = recv.recv()
-        except (EOFError, OSError):
-            got = None
-        results.append(got if isinstance(got, SolverResult) else None)
-        if proc.is_alive():
-            proc.terminate()
-        proc.join()
-        recv.close()
+    try:
+        results: list[SolverResult | None] = [chain(replace(options, workers=1))]
+        for _, recv in children:
+            left = options.remaining()
+            got: Any = None
+            try:
+                if recv.poll(None if left is None else left + GRACE):
+                    got = recv.recv()
+            except (EOFError, OSError):
+                got = None
+            results.append(got if isinstance(got, SolverResult) else None)
+    finally:  # also when chain 0 raises: no chain outlives the solve
+        for proc, recv in children:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+            recv.close()
     return _cheapest(graph, budget, options, results)
 
 

@@ -144,7 +144,11 @@ class Checkmate(Solver):
                 message="budget is below the resident inputs and parameters",
                 best_peak=fallback_peak,
             )
-        if options.time_limit is not None and (options.remaining() or 0.0) < 1.0:
+
+        def no_time_left() -> bool:
+            return options.time_limit is not None and (options.remaining() or 0.0) < 1.0
+
+        if no_time_left():
             # the warm starts used the time (greedy with one worker runs every strategy to its
             # end): the model's build and warm start are not clocked and would overrun by their
             # whole length (one core, mobilenet_v2_b1 at 50%, 13 s: 13 s of build and 12 s of
@@ -158,7 +162,7 @@ class Checkmate(Solver):
             )
         cm = build_model(st, integer_u=integer_u, free_form=str(p["free_form"]), cuts=cuts)
         hint, hint_src = model_warm_start(graph, budget, options, cm, warm, p["lp_warm_start"])
-        if options.time_limit is not None and (options.remaining() or 0.0) < 1.0:
+        if no_time_left():
             # no time left for the engine: hand back the warm start (HiGHS overruns tiny limits)
             if hint is None:
                 return SolverResult(

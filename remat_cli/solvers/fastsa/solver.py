@@ -287,13 +287,9 @@ class FastSA(Solver):
             # stage starts (a first stage cut short on a loaded machine can end above greedy)
             g_order = _greedy_start(graph, nv, base_prob, budget, options, run, run.reserve)
             if g_order is not None:
-                ids = nv.ids
                 f_order = _to_base(base_prob, expand(prob1, best1.feas.order))
                 costs = [
-                    simulate(
-                        graph, steps_from_sequence(graph, [ids[base_prob.members[i][0]] for i in o])
-                    ).cost
-                    for o in (g_order, f_order)
+                    simulate(graph, _base_steps(graph, nv, base_prob, o)).cost for o in (g_order, f_order)
                 ]
                 if costs[0] < costs[1]:
                     order2_base = g_order
@@ -304,8 +300,7 @@ class FastSA(Solver):
             # incumbent at once: stage 2 reports only what improves on it, and a watchdog
             # stopping the solve at a short limit keeps the last incumbent (the H-ILP's flat
             # fastsa on densenet_b8 at 50%, 5 s: none, where greedy's schedule fitted)
-            ids = nv.ids
-            options.incumbent(steps_from_sequence(graph, [ids[base_prob.members[i][0]] for i in order2_base]))
+            options.incumbent(_base_steps(graph, nv, base_prob, order2_base))
 
         # second stage: decomposed nodes, colder (App. D.4)
         if order2_base is None:
@@ -348,6 +343,11 @@ class FastSA(Solver):
             best_peak=None if feasible else peak,
             params={"iterations_run": run.iterations},
         )
+
+
+def _base_steps(graph: Graph, nv: NodeView, base_prob: Problem, order: list[int]) -> list[Step]:
+    """The steps of a compute sequence in base-problem indices (one node per member)."""
+    return steps_from_sequence(graph, [nv.ids[base_prob.members[i][0]] for i in order])
 
 
 def _greedy_start(

@@ -40,10 +40,12 @@ Modules: `arrays` (the flat arrays, the low-memory order), `dtr` (family 1), `sp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from remat_cli.graph import Graph
-from remat_cli.schedule import Step, baseline_steps, simulate, steps_from_sequence
+from remat_cli.schedule import SimResult, Step, baseline_steps, simulate, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.greedy.arrays import _Abandon, _arrays, low_memory_order
+from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays, _arrays, low_memory_order
 from remat_cli.solvers.greedy.dtr import _run
 from remat_cli.solvers.greedy.split import SPLIT_DEPTH, _split
 
@@ -58,6 +60,41 @@ STRATEGIES = ("split-shallow", "split", "belady-estar-lazy", "belady-estar", "dt
 TARGETS = (1.0, 0.98, 0.95, 0.9)
 
 
+def _aim(
+    graph: Graph,
+    a: _Arrays,
+    budget: int,
+    strategy: str,
+    go: Callable[[], bool],
+    stop: Callable[[], bool] | None,
+    bound: float,
+) -> Iterator[tuple[float, list[Step], SimResult]]:
+    """`strategy` aimed at each of TARGETS in turn while `go()` allows another run: yields
+    (target, steps, simulation) per run. A target a little under the budget absorbs what the
+    estimates miss, so the sweep ends at the first run that fits; also when a run is abandoned
+    (it costs more than `bound`, the cheapest schedule so far) or ends far above the budget,
+    which aiming lower leaves stuck (transformer_b32 at 45%: split ends at 1.86x the budget at
+    every target, 8 of greedy's 1.5 s before the DTR runs that fit)."""
+    rounds = 8 * len(a.program)
+    for target in TARGETS:
+        if not go():
+            return
+        try:
+            if strategy == "split":
+                seq = _split(a, budget * target, rounds, SPLIT_DEPTH, stop, bound)
+            elif strategy == "split-shallow":
+                seq = _split(a, budget * target, rounds, 0, stop, bound)
+            else:
+                seq, _ = _run(a, budget * target, strategy, stop, bound)
+        except _Abandon:
+            return
+        steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
+        sim = simulate(graph, steps)
+        yield target, steps, sim
+        if sim.peak_memory <= budget or sim.peak_memory * TARGETS[-1] > budget:
+            return
+
+
 def evict_in_order(graph: Graph, budget: int, order: list[str]) -> list[Step] | None:
     """The cheapest schedule within `budget` the DTR strategies (family 1) give when the needed
     nodes are first computed in `order` (a topological order), or None. fastsa's last rescue runs
@@ -66,19 +103,10 @@ def evict_in_order(graph: Graph, budget: int, order: list[str]) -> list[Step] | 
     a = _arrays(graph, order)
     best: tuple[float, list[Step]] | None = None
     for strategy in ("belady-estar-lazy", "belady-estar"):
-        for target in TARGETS:
-            try:
-                seq, _ = _run(a, budget * target, strategy, None, best[0] if best else float("inf"))
-            except _Abandon:
-                break
-            steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
-            sim = simulate(graph, steps)
-            if sim.peak_memory <= budget:
-                if best is None or sim.cost < best[0]:
-                    best = (sim.cost, steps)
-                break
-            if sim.peak_memory * TARGETS[-1] > budget:
-                break  # stuck far above the budget (see Greedy.solve)
+        bound = best[0] if best is not None else float("inf")
+        for _, steps, sim in _aim(graph, a, budget, strategy, lambda: True, None, bound):
+            if sim.peak_memory <= budget and (best is None or sim.cost < best[0]):
+                best = (sim.cost, steps)
     return None if best is None else best[1]
 
 
@@ -127,6 +155,14 @@ class Greedy(Solver):
         best: tuple[float, list[Step], str] | None = None
         lowest: tuple[int, float, list[Step], str] = (base_sim.peak_memory, base_sim.cost, base, "baseline")
         ran = 0
+
+        def go() -> bool:
+            nonlocal ran
+            if ran and out_of_time():
+                return False
+            ran += 1
+            return True
+
         # the graph's order first; a low-memory order (fewer bytes live before any recomputation)
         # only when nothing fits in it
         for order_name in ("", "low-memory order"):
@@ -134,25 +170,8 @@ class Greedy(Solver):
                 break
             a = _arrays(graph, low_memory_order(graph) if order_name else None)
             for strategy in strategies:
-                # a target a little under the budget absorbs what the estimates miss; the first
-                # target that fits ends the sweep for this strategy
-                for target in TARGETS:
-                    if ran and out_of_time():
-                        break
-                    ran += 1
-                    rounds = 8 * len(a.program)
-                    bound = best[0] if best is not None else float("inf")
-                    try:
-                        if strategy == "split":
-                            seq = _split(a, budget * target, rounds, SPLIT_DEPTH, out_of_time, bound)
-                        elif strategy == "split-shallow":
-                            seq = _split(a, budget * target, rounds, 0, out_of_time, bound)
-                        else:
-                            seq, _ = _run(a, budget * target, strategy, out_of_time, bound)
-                    except _Abandon:
-                        break
-                    steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
-                    sim = simulate(graph, steps)
+                bound = best[0] if best is not None else float("inf")
+                for target, steps, sim in _aim(graph, a, budget, strategy, go, out_of_time, bound):
                     how = strategy if target == 1.0 else f"{strategy} aiming at {target:.0%} of the budget"
                     how += f" in the {order_name}" if order_name else ""
                     if sim.peak_memory <= budget:
@@ -160,15 +179,8 @@ class Greedy(Solver):
                             best = (sim.cost, steps, how)
                             options.incumbent(steps)
                             options.progress(incumbent=sim.cost, strategy=how)
-                        break
-                    if (sim.peak_memory, sim.cost) < lowest[:2]:
+                    elif (sim.peak_memory, sim.cost) < lowest[:2]:
                         lowest = (sim.peak_memory, sim.cost, steps, how)
-                    if sim.peak_memory * TARGETS[-1] > budget:
-                        # the lower targets absorb what the estimates miss, not a strategy stuck
-                        # far above the budget, which aiming lower leaves stuck (transformer_b32
-                        # at 45%: split ends at 1.86x the budget at every target, 8 of greedy's
-                        # 1.5 s before the DTR runs that fit)
-                        break
         if best is not None:
             return SolverResult(
                 steps=best[1],

@@ -106,6 +106,51 @@ def test_symbol_shared_between_inputs_and_value_info() -> None:
     assert g.value_map["b"].size == g.value_map["c"].size == g.value_map["d"].size == 3 * 8 * 4
 
 
+def test_value_info_with_an_expression_of_fixed_symbols() -> None:
+    """torch.onnx's dynamo exporter declares dims such as '4*batch': with batch fixed they are
+    numbers (left symbolic, the tensor's size was unknown)."""
+    m = make(  # the Reshape target is an input: only the declared dims say y's shape
+        [oh.make_node("Reshape", ["x", "flat"], ["y"]), oh.make_node("Relu", ["y"], ["z"])],
+        [vi("x", ["batch", 4]), vi("flat", [1], T.INT64)],
+        [vi("z", ["4*batch"])],
+    )
+    m.graph.value_info.append(vi("y", ["4*batch"]))
+    g = from_onnx_model(m, batch=3)
+    assert g.value_map["y"].shape == g.value_map["z"].shape == [12] and g.value_map["z"].size == 12 * 4
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("4*batch", 12), ("seq*batch + 1", 22), ("Max(1, batch - 5)", 1), ("(seq - 1)//2", 3)]
+    + [("batch/2", None), ("other*2", None), ("batch**99", None), ("__import__('os')", None)],
+)
+def test_dim_expressions(text: str, value: int | None) -> None:
+    from remat_cli.importers.onnx.shapes import _dim_expression
+
+    assert _dim_expression(text, {"batch": 3, "seq": 7}) == value
+
+
+def test_reshape_target_from_shape_arithmetic_is_folded() -> None:
+    """A Slice of Shape(x) whose end is computed (Reshape(Mod(c1, c2)), as torch.onnx exports
+    nn.MultiheadAttention): neither onnx's nor onnxruntime's inference resolves it, folding
+    the arithmetic does; the slice then feeds a Reshape target."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["s"]),
+        oh.make_node("Mod", ["c7", "c4"], ["m"]),  # 7 % 4 = 3
+        oh.make_node("Reshape", ["m", "one"], ["end"]),
+        oh.make_node("Slice", ["s", "zero", "end"], ["dims"]),  # [2, 3, 5]
+        oh.make_node("ReduceProd", ["dims"], ["n"], keepdims=1),  # [30]
+        oh.make_node("Concat", ["n", "minus1"], ["target"], axis=0),  # [30, -1]
+        oh.make_node("Reshape", ["x", "target"], ["y"]),
+        oh.make_node("Relu", ["y"], ["z"]),
+    ]
+    inits = [ints("c7", 7), ints("c4", 4), ints("one", [1]), ints("zero", [0]), ints("minus1", [-1])]
+    m = make(nodes, [vi("x", [2, 3, 5, 4])], [vi("z", None)], inits)
+    g = from_onnx_model(m)
+    assert g.value_map["z"].shape == [30, 4] and g.value_map["z"].size == 30 * 4 * 4
+    assert [n.id for n in g.nodes if n.op == "Relu"]  # the graph keeps its nodes: only inference folds
+
+
 def test_unresolved_dim_is_an_error_naming_the_tensor() -> None:
     with pytest.raises(GraphError, match=r"tensor 'x'.*symbolic dim 'N'.*--input-shape"):
         from_onnx_model(symbolic_model())

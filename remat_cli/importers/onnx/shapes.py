@@ -9,6 +9,9 @@
   Reshape/Expand/Slice targets). Initializers (and graph inputs that have one) are
   ``parameter``, other graph inputs ``input``; both are resident. Graph outputs are
   ``outputs``. A size that stays unknown or symbolic is a GraphError naming the tensor.
+- **Shape arithmetic.** Where inference leaves shapes unknown, Reshape/Slice targets computed
+  from ``Shape()`` and small int ops are folded to constants and inference runs again
+  (:mod:`.fold`).
 - **Symbolic dims.** ``input_shapes`` fixes whole input shapes; ``batch`` fixes the first dim
   of every graph input whose first dim is symbolic. A fixed ``dim_param`` takes that value
   everywhere it occurs, and shape inference runs again on the fixed model. A dim the model
@@ -17,7 +20,9 @@
 
 from __future__ import annotations
 
+import ast
 import math
+import operator
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +35,10 @@ from onnx import helper as oh
 
 from remat_cli.graph import GraphError
 from remat_cli.importers.onnx.common import _SUB_BYTE_BITS, DEFAULT_DOMAINS, Dim
+from remat_cli.importers.onnx.fold import fold_shape_arithmetic, folded_value_infos, value_shapes
+
+#: rounds of shape inference and folding of shape arithmetic (each may resolve a Shape() more)
+FOLD_ROUNDS = 4
 
 
 def _fix_input_dims(
@@ -84,14 +93,54 @@ def _fix_input_dims(
             if tt.HasField("shape") and len(tt.shape.dim) > 0 and not tt.shape.dim[0].HasField("dim_value"):
                 assign(vi.name, 0, tt.shape.dim[0], batch)
     if symbols:
-        # The same symbol elsewhere (other inputs, declared outputs and value_info) is that value.
+        # The same symbol elsewhere (other inputs, declared outputs and value_info) is that value,
+        # and so is an expression of fixed symbols (torch.onnx's dynamo exporter declares
+        # value_info such as '4*batch' or 'seq*batch'; left symbolic, it hid the shape inferred)
         for vi in [*g.input, *g.output, *g.value_info]:
             tt = vi.type.tensor_type
             if tt.HasField("shape"):
                 for dim in tt.shape.dim:
-                    if dim.HasField("dim_param") and dim.dim_param in symbols:
-                        dim.dim_value = symbols[dim.dim_param]
+                    if dim.HasField("dim_param"):
+                        value = symbols.get(dim.dim_param, _dim_expression(dim.dim_param, symbols))
+                        if value is not None:
+                            dim.dim_value = value
     return symbols
+
+
+_DIM_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_DIM_CALLS = {"Max": max, "Min": min, "max": max, "min": min}
+
+
+def _dim_expression(text: str, symbols: Mapping[str, int]) -> int | None:
+    """The value of a dim_param that is integer arithmetic (+ - * // %, Max, Min) of fixed
+    symbols, e.g. '4*batch'; None for anything else (an unknown name, '/', a huge text)."""
+
+    def value(e: ast.expr) -> int:
+        if isinstance(e, ast.Constant) and type(e.value) is int:
+            return e.value
+        if isinstance(e, ast.Name) and e.id in symbols:
+            return symbols[e.id]
+        if isinstance(e, ast.BinOp) and type(e.op) in _DIM_OPS:
+            return _DIM_OPS[type(e.op)](value(e.left), value(e.right))
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return -value(e.operand)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _DIM_CALLS and e.args:
+            return _DIM_CALLS[e.func.id](value(a) for a in e.args)
+        raise ValueError(text)
+
+    if len(text) > 200:
+        return None
+    try:
+        v = value(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+    return v if v >= 0 else None
 
 
 def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
@@ -99,15 +148,28 @@ def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     shape inference for tensors still without a full shape. Failures are partial, not fatal:
     the second item says why the symbolic inference could not help (None when it ran), so a
     shape that stays unknown is reported with the real cause."""
-    inferred = model
-    for data_prop in (True, False):
-        try:
-            inferred = onnx.shape_inference.infer_shapes(
-                model, check_type=False, strict_mode=False, data_prop=data_prop
-            )
+    inferred = _onnx_inference(model)
+    for _ in range(FOLD_ROUNDS):
+        if not _missing_shapes(inferred.graph):
+            return inferred, None
+        # Reshape/Slice targets computed from Shape() and small int arithmetic (see fold.py);
+        # each round may fold a Shape() whose input the last round's inference resolved
+        folded = fold_shape_arithmetic(model, value_shapes(inferred))
+        if folded is None:
             break
-        except Exception:  # a node the inference cannot handle; keep what the model declares
-            continue
+        again = _onnx_inference(folded)
+        have = {vi.name for vi in _value_infos(inferred.graph) if _complete(vi.type)}
+        extra = [
+            vi
+            for vi in [*_value_infos(again.graph), *folded_value_infos(folded, model)]
+            if vi.name not in have and _complete(vi.type)
+        ]
+        if not extra:
+            break
+        merged = ModelProto()
+        merged.CopyFrom(inferred)
+        merged.graph.value_info.extend(extra)
+        inferred = merged
     if not _missing_shapes(inferred.graph):
         return inferred, None
     try:
@@ -135,6 +197,19 @@ def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     out.CopyFrom(inferred)
     out.graph.value_info.extend(extra)
     return out, None
+
+
+def _onnx_inference(model: ModelProto) -> ModelProto:
+    """onnx shape inference, with data propagation when it works; the model as declared when
+    neither pass can handle a node."""
+    for data_prop in (True, False):
+        try:
+            return onnx.shape_inference.infer_shapes(
+                model, check_type=False, strict_mode=False, data_prop=data_prop
+            )
+        except Exception:  # a node the inference cannot handle
+            continue
+    return model
 
 
 def _value_infos(g: GraphProto) -> Iterable[onnx.ValueInfoProto]:

@@ -247,3 +247,26 @@ def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
     other = from_onnx_file(GRAPHS / "torch_unet_train.onnx")
     with pytest.raises(ModelMismatch, match="does not fit"):
         run_schedule(MLP, mlp, checkpoint_all(other), repeat=1, warmup=0)
+
+
+def test_a_scalar_initializer_keeps_rank_zero_in_interpret_mode(tmp_path: Path) -> None:
+    """y[:, -1] as torch.onnx's dynamo exporter writes it: Gather with a scalar index drops the
+    axis. Fed as a 1-element vector (np.ascontiguousarray makes 0-d arrays 1-d) the Gather kept
+    it, and the Gemm after it failed on a rank-3 input (an LSTM classifier in interpret mode)."""
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
+    last = onnx.numpy_helper.from_array(np.array(-1, dtype=np.int64), "last")
+    w = onnx.numpy_helper.from_array(np.ones((4, 5), dtype=np.float32), "w")
+    nodes = [
+        oh.make_node("Gather", ["x", "last"], ["sel"], axis=1),
+        oh.make_node("Gemm", ["sel", "w"], ["y"]),
+    ]
+    model = oh.make_model(
+        oh.make_graph(nodes, "g", [x], [y], [last, w]), opset_imports=[oh.make_opsetid("", 17)]
+    )
+    path = tmp_path / "gather_scalar.onnx"
+    onnx.save(model, path)
+    graph = from_onnx_file(path)
+    sched = checkpoint_all(graph)
+    rep = run_schedule(path, graph, sched, mode="interpret", repeat=1, warmup=0)
+    assert rep.outputs_match

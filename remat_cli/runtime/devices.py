@@ -100,7 +100,7 @@ def transfer(value, source: Placement, target: Placement):
     arr = value.numpy()  # from a GPU a new host array; on the CPU a view of the same buffer
     if source.kind == "cpu" and target.kind == "cpu":
         arr = np.array(arr, copy=True)
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), target.kind, target.index)
+    return ort.OrtValue.ortvalue_from_numpy(np.require(arr, requirements="C"), target.kind, target.index)
 
 
 class DeviceInterpreter:

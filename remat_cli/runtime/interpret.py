@@ -94,7 +94,9 @@ class Interpreter:
     def _ortvalue(self, arr: np.ndarray):
         import onnxruntime as ort
 
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, self.device_id)
+        return ort.OrtValue.ortvalue_from_numpy(
+            np.require(arr, requirements="C"), self.device, self.device_id
+        )
 
     def _bytes(self, name: str, v) -> int:
         if name in self.views:

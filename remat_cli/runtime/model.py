@@ -268,7 +268,7 @@ def make_inputs(
                 raise ValueError(
                     f"input {name!r}: expected {dtype}{list(shape)}, got {arr.dtype}{list(arr.shape)}"
                 )
-            out[name] = np.ascontiguousarray(arr)
+            out[name] = np.require(arr, requirements="C")
         elif np.issubdtype(dtype, np.floating):
             fan_in = int(np.prod(shape[1:])) if len(shape) >= 2 else 1
             out[name] = (rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))).astype(dtype)

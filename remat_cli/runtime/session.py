@@ -168,7 +168,7 @@ def _load_feeds(path: str) -> dict:
     import numpy as np
 
     with np.load(path, allow_pickle=False) as z:
-        return {k: np.ascontiguousarray(z[k]) for k in z.files}
+        return {k: np.require(z[k], requirements="C") for k in z.files}
 
 
 def _session(job: dict, model: str, feeds: dict):

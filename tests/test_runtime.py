@@ -270,3 +270,29 @@ def test_a_scalar_initializer_keeps_rank_zero_in_interpret_mode(tmp_path: Path) 
     sched = checkpoint_all(graph)
     rep = run_schedule(path, graph, sched, mode="interpret", repeat=1, warmup=0)
     assert rep.outputs_match
+
+
+def test_a_subgraph_reading_the_enclosing_graph_runs_in_interpret_mode(tmp_path: Path) -> None:
+    """An If whose branches read a tensor of the enclosing graph (torch.jit.script control flow
+    exported by torch.onnx): its one-node model declares that tensor as an input too, else
+    onnxruntime refused it ('is not output of any previous nodes')."""
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    out = oh.make_tensor_value_info("r", TensorProto.FLOAT, [3])
+    then = oh.make_graph([oh.make_node("Neg", ["h"], ["r"])], "then", [], [out])
+    other = oh.make_graph([oh.make_node("Abs", ["h"], ["r"])], "else", [], [out])
+    nodes = [
+        oh.make_node("Sin", ["x"], ["h"]),
+        oh.make_node("ReduceSum", ["h"], ["s"], keepdims=0),
+        oh.make_node("Greater", ["s", "zero"], ["c"]),
+        oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    zero = onnx.numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+    model = oh.make_model(
+        oh.make_graph(nodes, "g", [x], [y], [zero]), opset_imports=[oh.make_opsetid("", 17)]
+    )
+    path = tmp_path / "if_outer.onnx"
+    onnx.save(model, path)
+    graph = from_onnx_file(path)
+    rep = run_schedule(path, graph, checkpoint_all(graph), mode="interpret", repeat=1, warmup=0)
+    assert rep.outputs_match

@@ -19,7 +19,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import VIEW_OPS, onnx_node_ids
+from remat_cli.importers.onnx import VIEW_OPS, node_reads, onnx_node_ids
 from remat_cli.schedule import Step
 
 #: ops whose integer input indexes `data` along `axis` (input positions: data, indices)
@@ -200,8 +200,9 @@ def single_node_model(
     model: onnx.ModelProto, node: onnx.NodeProto, types: Mapping[str, int]
 ) -> onnx.ModelProto:
     """A model holding `node` alone; its inputs and outputs are graph inputs and outputs typed
-    by element type only (shapes come from the actual inputs at run time)."""
-    ins = [t for t in dict.fromkeys(node.input) if t]
+    by element type only (shapes come from the actual inputs at run time). The tensors an If,
+    Loop or Scan body reads from the enclosing graph are inputs too."""
+    ins = node_reads(node)
     outs = [t for t in node.output if t]
     graph = oh.make_graph(
         [node],

@@ -88,7 +88,7 @@ def _outer_refs(g: GraphProto) -> list[str]:
     return list(refs)
 
 
-def _reads(n: NodeProto) -> list[str]:
+def node_reads(n: NodeProto) -> list[str]:
     """ONNX inputs (empty optionals skipped) then outer-scope reads of subgraphs, deduplicated."""
     names = dict.fromkeys(i for i in n.input if i)
     for sub in _subgraphs(n):
@@ -103,7 +103,7 @@ def _is_view(n: NodeProto) -> bool:
 def _topological(g: GraphProto, ids: Sequence[str]) -> list[int]:
     """Node indices in a topological order, ONNX order where it already is one (it should be)."""
     producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
-    preds = [{producer[i] for i in _reads(n) if i in producer} for n in g.node]
+    preds = [{producer[i] for i in node_reads(n) if i in producer} for n in g.node]
     done: set[int] = set()
     order: list[int] = []
     visiting: set[int] = set()
@@ -208,7 +208,7 @@ class _Builder:
         for k in order:
             n = g.node[k]
             nid = self.ids[k]
-            reads = _reads(n)
+            reads = node_reads(n)
             outs = [o for o in n.output if o]
             if not outs:
                 continue  # a node with no named output has nothing to schedule

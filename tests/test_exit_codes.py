@@ -231,3 +231,40 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
         "aten.avg_pool2d_backward"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("factory_name", ["convnet", "rnn"])
+def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
+    """Layers of common models whose backward torch.onnx cannot export as traced (each was one
+    'cannot export' line, or an internal error): BatchNorm with running statistics (in-place
+    update under torch.func), GroupNorm (aten.empty_permuted), bilinear Upsample and
+    AdaptiveMaxPool2d (their backwards; the latter's forward too), LSTM/GRU (oneDNN's aten.mkldnn_rnn_layer). Each export
+    is checked against torch autograd."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
+        assert "pip install 'remat-cli[torch]'" in bad_input(
+            "export-torch", "x.py:f", "-o", tmp_path / "o.onnx"
+        )
+        return
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Rnn(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lstm, self.gru, self.out = nn.LSTM(4, 6), nn.GRU(6, 5), nn.Linear(5, 2)\n"
+        "    def forward(self, x):\n"
+        "        return self.out(self.gru(self.lstm(x)[0])[0][-1])\n"
+        "def convnet():\n"
+        "    torch.manual_seed(0)\n"
+        "    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),\n"
+        "                        nn.Upsample(scale_factor=2, mode='bilinear'), nn.GroupNorm(2, 4),\n"
+        "                        nn.AdaptiveMaxPool2d(5), nn.Flatten(), nn.Linear(100, 2))\n"
+        "    return net, (torch.randn(2, 3, 5, 5), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+        "def rnn():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Rnn(), (torch.randn(3, 2, 4), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+    )
+    out = tmp_path / "out.onnx"
+    code, _, err = invoke("export-torch", f"{factory}:{factory_name}", "-o", out)
+    assert code == 0 and out.exists(), err

@@ -5,9 +5,11 @@ Route: ``make_fx`` (real tracing) of ``torch.func.grad_and_value`` over ``functi
 decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX exporter lacks or
 that keep onnxruntime's hidden temporaries small — ``aten.convolution_backward`` into
 convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``,
-``avg_pool2d_backward`` into a transposed convolution, ReLU's backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is traced under
-``sdpa_kernel(SDPBackend.MATH)``; BatchNorm in training mode needs
-``track_running_stats=False``. Parameters and data are graph inputs; the loss and every
+``avg_pool2d_backward`` into a transposed convolution, ``adaptive_max_pool2d`` (sizes that divide)
+into max pooling and its backward into ``scatter_add``, ``upsample_bilinear2d_backward`` into two MatMuls, ``empty_permuted`` into ``empty``, ReLU's backward as a mask product — then
+``torch.onnx.export(gm, ..., dynamo=True)``. Attention is traced under
+``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running statistics are
+not tracked while tracing (the step uses the batch statistics either way). Parameters and data are graph inputs; the loss and every
 gradient are graph outputs. Local functions are inlined and every node gets a unique name
 (the importer uses ONNX node names as node ids). The export is checked against torch
 autograd on onnxruntime.
@@ -152,6 +154,55 @@ def _avg_pool_backward(
     return aten.convolution(g, x.new_ones((c, 1, kh, kw)), None, [sh, sw], [ph, pw], [1, 1], True, op, c)
 
 
+def _adaptive_max_pool(x: torch.Tensor, output_size: list[int]) -> tuple[torch.Tensor, torch.Tensor] | object:
+    """adaptive_max_pool2d when the output size divides the input's: max pooling with windows of
+    the quotient (the same values and argmax indices); other sizes are left to the exporter."""
+    h, w = x.shape[-2], x.shape[-1]
+    oh_, ow = (list(output_size) * 2)[:2]
+    if oh_ <= 0 or ow <= 0 or h % oh_ or w % ow:
+        return NotImplemented
+    k = [h // oh_, w // ow]
+    return aten.max_pool2d_with_indices(x, k, k)
+
+
+def _adaptive_max_pool_backward(
+    grad_out: torch.Tensor, x: torch.Tensor, indices: torch.Tensor
+) -> torch.Tensor:
+    """adaptive_max_pool2d_backward (no ONNX function in torch.onnx): the same scatter_add."""
+    return _max_pool_backward(grad_out, x, [], [], [], [], False, indices)
+
+
+def _interpolation_matrix(
+    n_in: int, n_out: int, align_corners: bool, scale: float | None, ref: torch.Tensor
+) -> torch.Tensor:
+    """(n_in, n_out): row j is 1-D linear upsampling of the unit vector e_j, the same rule the
+    forward applies along one axis (bilinear upsampling is separable)."""
+    eye = torch.eye(n_in, dtype=ref.dtype, device=ref.device).unsqueeze(1)
+    return aten.upsample_linear1d(eye, [n_out], align_corners, scale).squeeze(1)
+
+
+def _upsample_bilinear_backward(
+    grad_out: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> torch.Tensor:
+    """upsample_bilinear2d_backward (no ONNX function in torch.onnx; UNet-style decoders): the
+    forward is y = A_h x A_w^T per channel, so grad_x = A_h^T grad_y A_w, two MatMuls with
+    interpolation matrices of the sizes involved."""
+    a_h = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales_h, grad_out)
+    a_w = _interpolation_matrix(input_size[3], output_size[1], align_corners, scales_w, grad_out)
+    return torch.matmul(torch.matmul(a_h, grad_out), a_w.transpose(0, 1))
+
+
+def _empty_permuted(size: list[int], physical_layout: list[int], **kwargs) -> torch.Tensor:  # noqa: ANN003
+    """aten.empty_permuted (GroupNorm/LayerNorm backward on CPU): its memory layout means
+    nothing to ONNX, so a plain empty tensor of the same logical size."""
+    return aten.empty.memory_format(size, **kwargs)
+
+
 def _threshold_backward(grad_out: torch.Tensor, x: torch.Tensor, threshold: float) -> torch.Tensor:
     """ReLU's backward as grad * (x > threshold): onnxruntime's Where (the default
     decomposition) keeps two hidden output-sized temporaries; here every tensor is visible."""
@@ -164,6 +215,10 @@ def decompositions() -> dict:
     table[aten.convolution_backward.default] = _conv_backward
     table[aten.max_pool2d_with_indices_backward.default] = _max_pool_backward
     table[aten.avg_pool2d_backward.default] = _avg_pool_backward
+    table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool
+    table[aten.adaptive_max_pool2d_backward.default] = _adaptive_max_pool_backward
+    table[aten.empty_permuted.default] = _empty_permuted
+    table[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear_backward
     return table
 
 
@@ -192,8 +247,20 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     model.train()
     step, names = training_step(model, loss_fn)
     params = [p.detach() for p in model.parameters()]
-    with sdpa_kernel(SDPBackend.MATH):
-        gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, x, y)
+    # BatchNorm's running statistics are updated in place, which torch.func's transforms refuse;
+    # a training step's loss and gradients use the batch statistics either way. oneDNN's RNN
+    # kernels (aten.mkldnn_rnn_layer) have no ONNX function; without them LSTM/GRU decompose.
+    tracked = [
+        m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
+    for m in tracked:
+        m.track_running_stats = False
+    try:
+        with sdpa_kernel(SDPBackend.MATH), torch.backends.mkldnn.flags(enabled=False):
+            gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, x, y)
+    finally:
+        for m in tracked:
+            m.track_running_stats = True
     # The traced graph already holds the training-mode ops; its own flag only makes the
     # exporter warn.
     gm.eval()
@@ -242,10 +309,13 @@ def _check_against_autograd(
         loss = loss_fn(model(x), y)
     loss.backward()
     want = [loss.detach().numpy(), *(p.grad.numpy() for p in model.parameters())]
+    # a gradient that is zero in exact arithmetic (a bias before BatchNorm) is float noise in
+    # both: its error is measured against the largest output too, not only against itself
+    largest = max(float(np.abs(w).max()) for w in want)
     for o, g, w in zip(sess.get_outputs(), got, want, strict=True):
         scale = max(float(np.abs(w).max()), 1e-6)
         err = float(np.abs(g - w).max()) / scale
-        if g.shape != w.shape or err > 1e-3:
+        if g.shape != w.shape or (err > 1e-3 and err * scale > 1e-5 * largest):
             raise AssertionError(f"{path.name}: output {o.name} differs from autograd (rel. error {err:.2e})")
 
 

@@ -506,3 +506,53 @@ def test_stage_twos_rescued_start_is_reported_at_once() -> None:
     res = fastsa.solve(g, budget, opts)
     assert "started from greedy's schedule (stage 1 ended above the budget)" in (res.message or "")
     assert seen and seen[0] == [s.node for s in greedy.steps if s.op == "compute"]
+
+
+def test_a_kick_drops_the_later_copies_of_the_costliest_recomputation() -> None:
+    from remat_cli.solvers.fastsa.kicks import kicked
+
+    cost = [1.0, 5.0, 2.0, 1.0]
+    order = [0, 1, 2, 1, 3, 2, 2, 0]  # 1 twice (5 extra), 2 three times (4 extra), 0 twice (1)
+    assert kicked(order, cost, 0) == [0, 1, 2, 3, 2, 2, 0]
+    assert kicked(order, cost, 1) == [0, 1, 2, 1, 3, 0]
+    assert kicked(order, cost, 2) == [0, 1, 2, 1, 3, 2, 2]
+    assert kicked(order, cost, 3) is None
+
+
+def test_kicks_lower_a_schedule_that_polish_cannot() -> None:
+    """A schedule within the budget that recomputes more than it needs (chen-greedy's on a
+    transformer at 50%): polish keeps every copy it needs to stay within the budget, the kicks
+    then remove the costliest recomputations and anneal back within it, cheaper."""
+    from remat_cli.solvers.fastsa.kicks import iterate
+    from remat_cli.solvers.fastsa.problem import _to_base
+    from remat_cli.solvers.fastsa.solver import RESCUE_OVER, _as_start, _Run
+
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.5 * baseline(g).peak_memory)
+    start_sched, _ = run_solver(g, budget, "chen-greedy", SolveOptions(seed=0, workers=1))
+    assert start_sched is not None
+    nv = g.node_view
+    prob = F.original_problem(nv)
+    run = _Run(g, nv, float(budget), float(nv.resident), K.OBJ_ELU, False, SolveOptions(seed=0, workers=1), 0)
+    run.local = 0.75
+    start = _as_start(g, nv, prob, budget, start_sched.steps)
+    assert start is not None
+    polished = run.polish(prob, F.expand(prob, np.array(start)))
+    polished_cost = simulate(g, steps_from_sequence(g, [nv.ids[i] for i in polished])).cost
+    h = 3e-3 * run.objective(F.State(prob, np.arange(prob.size, dtype=np.int64), 0, run.log_cap)) * 3e-4
+    order, cost, kicks = iterate(run, prob, _to_base(prob, polished), polished_cost, 200_000, 50_000,
+                                 h, h * 1e-4, RESCUE_OVER, 0)  # fmt: skip
+    assert kicks >= 1 and cost < polished_cost
+    sim = simulate(g, steps_from_sequence(g, [nv.ids[prob.members[i][0]] for i in order]))
+    assert sim.peak_memory <= budget and sim.cost == cost
+
+
+def test_a_first_stage_that_meets_the_budget_early_gives_iterations_to_kicks() -> None:
+    g = G.unet(depth=2, convs=1, seed=3)
+    budget = int(0.8 * baseline(g).peak_memory)
+    params = {"iterations": 300_000, "iterations2": 30_000}
+    _, res = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert "kicks after stage 2" in (res.message or "")
+    assert res.params["iterations_run"] <= 330_000
+    _, off = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params | {"kicks": 0.0}))
+    assert "kicks" not in (off.message or "")

@@ -16,6 +16,7 @@ from remat_cli.schedule import Step, simulate, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.fastsa import kernel as K
 from remat_cli.solvers.fastsa.chains import can_fork, run_chains
+from remat_cli.solvers.fastsa.kicks import iterate
 from remat_cli.solvers.fastsa.problem import (
     CHUNK,
     Best,
@@ -38,6 +39,10 @@ RESCUE_OVER = 20.0
 #: overhead resnet18_b32 16.2% -> 14.4%, torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1
 #: 9.9% -> 9.6%, torch_resnet_train 11.2% -> 12.0%; the slow cells end 4-7 s earlier
 SOFT_WORK = 1.15
+#: a kick anneals from this multiple of the second stage's initial temperature (see kicks.py):
+#: mobilenet_v2_b1 at 70%, 60 s, seed 0, kicks of n2 iterations: from 1x the kick of
+#: node_convolution_4 ended at 3.3% and was dropped; from 3x it ended at 0.89% (stage 2: 3.06%)
+KICK_HEAT = 3.0
 #: most chains --chains 0 runs (one per worker): each holds its own copy of the state
 AUTO_CHAINS = 8
 
@@ -160,6 +165,17 @@ class FastSA(Solver):
             "there is no hint (off: greedy's solve never runs inside fastsa; the last rescue, greedy's "
             "eviction in the order of the least peak annealed, still does)",
         ),
+        Param(
+            "kicks",
+            float,
+            0.15,
+            "share of the iteration budget that a first stage meeting the budget before its tight "
+            "part (--tight-after) gives to kicks after the second: the most expensive recomputation "
+            "removed and the schedule annealed again, kept when cheaper within the budget (see "
+            "kicks.py; 0: the paper's two stages only)",
+            low=0,
+            high=0.9,
+        ),
         Param("stop_at_budget", bool, True, "end the grouped first stage once the budget is met (§3.1)"),
         Param(
             "chains",
@@ -230,6 +246,9 @@ class FastSA(Solver):
                 scale = allowed / (n1 + n2)
                 n1, n2 = int(n1 * scale), int(n2 * scale)
                 capped = f" (iterations scaled to {n1}+{n2} for the time limit at {p['rate']:.0f}/s)"
+        n_kick = 0 if no_rec else int(float(p["kicks"]) * (n1 + n2))
+        n_total = n1 + n2
+        each_kick = max(1_000, n2)  # iterations per kick: the second stage's
         mode = {"elu": K.OBJ_ELU, "max": K.OBJ_MAX}[p["objective"]]
         if no_rec:
             mode = K.OBJ_MEMORY  # App. B.2: the cost is fixed, minimise the peak
@@ -254,10 +273,11 @@ class FastSA(Solver):
         h0 = float(p["initial_temperature"]) * f0
         hf = h0 * float(p["final_temperature"])
         # the first stage leaves the second stage's share of the wall clock to it (and to a rescue)
-        share1 = n1 / max(1, n1 + n2) if n2 > 0 else 1.0
-        best1 = run.stage(
-            1, state1, n1, h0, hf, bool(p["stop_at_budget"]) and grouped is not None, no_rec, share=share1
-        )
+        share1 = n1 / max(1, n_total) if n2 > 0 else 1.0
+        best1 = run.stage(1, state1, n1, h0, hf, bool(p["stop_at_budget"]) and grouped is not None, no_rec,
+                          share=share1, give=n_kick)  # fmt: skip
+        # what stage 1 gave back is the kicks' share of the wall clock
+        share2 = 1.0 - run.given / max(1, n_total)
         rescued = ""
         order2_base: list[int] | None = None
         if best1.feas.order is None and not no_rec and n2 > 0 and p["rescue"]:
@@ -275,7 +295,7 @@ class FastSA(Solver):
             # and stage 2 at n2 each outran the limit with nothing; with 120 s it met the budget)
             n3, before = n2 // 2, run.iterations
             order2_base, rescued = _rescue(graph, nv, base_prob, prob1, best1, state1, budget, options,
-                                           run, n3, share1, float(p["final_temperature"]))  # fmt: skip
+                                           run, n3, 1.0 - 0.5 * (1.0 - share1), float(p["final_temperature"]))  # fmt: skip
             n2 -= run.iterations - before
             if order2_base is not None:
                 run.over = max(run.over, RESCUE_OVER)
@@ -307,7 +327,7 @@ class FastSA(Solver):
             order2_base = _to_base(base_prob, expand(prob1, state1.order()))
         order2 = np.array(order2_base, dtype=np.int64)
         state2 = State(base_prob, order2, options.seed + 1, run.log_cap, run.lse)
-        best2 = run.stage(2, state2, n2, hf, hf * float(p["final_temperature"]), False, no_rec)
+        best2 = run.stage(2, state2, n2, hf, hf * float(p["final_temperature"]), False, no_rec, share=share2)
 
         candidates = [
             expand(prob1, best1.feas.order) if best1.feas.order is not None else None,
@@ -323,9 +343,24 @@ class FastSA(Solver):
             # see it above the budget, so neither stage 2 nor polish (which may then raise the
             # simulated peak up to the kernel's) keeps it
             polished.append(expand(base_prob, np.array(order2_base, dtype=np.int64)))
-        chosen = run.choose(polished)
-        steps, peak, cost = chosen
-        msg = f"{run.iterations} iterations{capped}{rescued}"
+        steps, peak, cost = run.choose(polished)
+        kicks = ""
+        left = n_total - run.iterations
+        start = (
+            _as_start(graph, nv, base_prob, budget, steps) if n_kick > 0 and left >= each_kick // 2 else None
+        )
+        if start is not None:
+            h = KICK_HEAT * hf
+            order, kick_cost, k = iterate(run, base_prob, start, cost, left, each_kick, h,
+                                          h * float(p["final_temperature"]), RESCUE_OVER, options.seed)  # fmt: skip
+            kicks = f"; {k} kicks after stage 2"
+            if kick_cost < cost:
+                kicks += f" (cost {kick_cost:.6g}, stage 2's {cost:.6g})"
+                steps = _base_steps(graph, nv, base_prob, order)
+                sim = simulate(graph, steps)
+                peak, cost = sim.peak_memory, sim.cost
+                options.incumbent(steps)
+        msg = f"{run.iterations} iterations{capped}{rescued}{kicks}"
         if run.tight_from is not None:
             msg += (
                 f"; no schedule within budget after {run.tight_from} iterations: the rest of stage 1 "
@@ -393,7 +428,7 @@ def _as_start(
 
 
 def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best1: StageBest, state1: State,
-            budget: int, options: SolveOptions, run: _Run, n3: int, share1: float,
+            budget: int, options: SolveOptions, run: _Run, n3: int, share: float,
             final_t: float) -> tuple[list[int] | None, str]:  # fmt: skip
     """A start within budget for the second stage (base-problem indices) and what gave it; the
     peak-alone annealing, last, runs `n3` iterations."""
@@ -409,7 +444,7 @@ def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best
     state_r = State(prob1, low, options.seed + 2, run.log_cap, True)
     h0 = 3e-3 * (float(state_r.peak) + run.resident)
     best_r = run.stage(3, state_r, n3, h0, h0 * final_t, True, False, mode=K.OBJ_MEMORY,
-                       share=1.0 - 0.5 * (1.0 - share1))  # fmt: skip
+                       share=share)  # fmt: skip
     if best_r.feas.order is not None:
         return _to_base(base_prob, expand(prob1, best_r.feas.order)), (
             "; the budget was met by annealing the peak alone (stage 1 ended above it)"
@@ -459,6 +494,7 @@ class _Run:
         self.tight_after = 1.0
         self.reserve = 0.0  # seconds greedy's start leaves to the second stage (see _greedy_start)
         self.tight_from: int | None = None  # run iterations when the tight part of stage 1 began
+        self.given = 0  # iterations stage 1 gave back to the kicks (see stage)
         self.iterations = 0
         self.wall_stopped = False
         base_cost = sum(nv.cost[i] for i in range(len(nv)) if nv.needed[i])
@@ -478,9 +514,11 @@ class _Run:
         return K.objective(m, s.cost + self.c_floor, self.budget, self.mode, self.sharp, self.over)
 
     def stage(self, stage: int, s: State, n_iter: int, h0: float, hf: float, stop_at_budget: bool,
-              no_rec: bool, mode: int | None = None, share: float = 1.0) -> StageBest:  # fmt: skip
+              no_rec: bool, mode: int | None = None, share: float = 1.0, give: int = 0) -> StageBest:  # fmt: skip
         """One annealing stage; with a time limit it stops by the wall clock when `share` of the
-        limit has passed (the safety net when the machine is slower than the assumed rate)."""
+        limit has passed (the safety net when the machine is slower than the assumed rate). A
+        first stage that meets the budget before its tight part would begin (--tight-after)
+        ends `give` iterations early (``given``), for the kicks after the second stage."""
         mode = self.mode if mode is None else mode
         feas, low = Best(), Best()
         m0 = float(s.peak) + self.resident
@@ -505,6 +543,7 @@ class _Run:
 
         ratio = cooling()
         tight_at = int(self.tight_after * n_iter) if stage == 1 and self.chain_max > 0 else n_iter + 1
+        give_at = int(self.tight_after * n_iter) if stage == 1 else n_iter + 1
         while work < n_iter:
             if work >= tight_at and feas.order is None and not self.chain and n_iter - work >= 2 * CHUNK:
                 # issue 18: a third of the first stage has passed and no state was within the
@@ -536,6 +575,12 @@ class _Run:
                 # Growing from the start of the tight part cost the first kind up to 6 points.
                 frac = min(1.0, max(0.0, 2.0 * (work - w0) / max(1.0, n_iter - w0) - 1.0))
                 self.over = self.over_base * (max(self.over_base, RESCUE_OVER) / self.over_base) ** frac
+            if give and work >= give_at and feas.order is not None and not self.chain:
+                # met early: the rest of the stage anneals on a shorter schedule (as a wall-clock
+                # shortening does) and the kicks get what it leaves (see kicks.py)
+                shorter = int(max(work + CHUNK, n_iter - give))
+                self.given, n_iter, give = n_iter - shorter, shorter, 0
+                ratio = cooling()
             n = max(1, min(CHUNK, math.ceil((n_iter - work) / weight)))
             h = h0 * (hf / h0) ** ((work - w0) / (n_iter - w0)) if h0 > 0 else 0.0
             base = s.seq.copy()

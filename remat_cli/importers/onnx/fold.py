@@ -39,9 +39,14 @@ def _small(a: np.ndarray) -> bool:
     return a.size <= SMALL_INT_ELEMENTS
 
 
-def _output_elements(op: str, ins: list[np.ndarray | None]) -> int | None:
+def _output_elements(node: NodeProto, ins: list[np.ndarray | None]) -> int | None:
     """Elements of the output of an op that may allocate more than its inputs, before running it."""
+    op = node.op_type
     try:
+        if op == "Constant":  # a weight written as a Constant node is never copied here
+            sizes = [math.prod(a.t.dims) for a in node.attribute if a.name == "value" and a.HasField("t")]
+            sizes += [len(a.ints) + len(a.floats) + len(a.strings) for a in node.attribute]
+            return max(sizes, default=0)
         if op == "ConstantOfShape":
             return math.prod(int(d) for d in np.asarray(ins[0]).ravel())
         if op == "Range":
@@ -108,10 +113,8 @@ def fold_shape_arithmetic(model: ModelProto, shapes: Mapping[str, list[int]]) ->
             ins = [known.get(i) if i else None for i in n.input]
             if any(i and known.get(i) is None for i in n.input):
                 continue
-            if (
-                _output_elements(n.op_type, ins) is None
-                or _output_elements(n.op_type, ins) > SMALL_INT_ELEMENTS
-            ):  # type: ignore[operator]
+            elements = _output_elements(n, ins)
+            if elements is None or elements > SMALL_INT_ELEMENTS:
                 continue
             got = _evaluate(n, ins, opsets)
             if got is None or len(got) != len(n.output) or not all(_small(a) for a in got):

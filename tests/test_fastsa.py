@@ -556,3 +556,30 @@ def test_a_first_stage_that_meets_the_budget_early_gives_iterations_to_kicks() -
     assert res.params["iterations_run"] <= 330_000
     _, off = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params | {"kicks": 0.0}))
     assert "kicks" not in (off.message or "")
+
+
+def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a time limit, greedy's schedule for the rescue is taken when stage 1's tight part
+    begins, while the clock still has time for it, not after stage 1 (a GRU training step at
+    80%, 20 s: greedy got 1 s there and fastsa ended with nothing where greedy alone fits)."""
+    from pathlib import Path
+
+    from remat_cli import load_graph
+    from remat_cli.solvers.fastsa import solver as fastsa_solver
+
+    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    budget = int(baseline(g).peak_memory * 0.4)
+    calls: list[tuple[int | None, int]] = []
+    greedy_start = fastsa_solver._greedy_start
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        run = args[5]
+        calls.append((run.tight_from, run.iterations))
+        return greedy_start(*args, **kwargs)
+
+    monkeypatch.setattr(fastsa_solver, "_greedy_start", spy)
+    params = {"iterations": 400_000, "iterations2": 200_000}
+    s, r = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, time_limit=600, params=params))
+    assert "started from greedy's schedule (stage 1 ended above the budget)" in (r.message or "")
+    assert len(calls) == 1 and calls[0][0] is not None and calls[0][0] == calls[0][1]
+    assert s is not None and simulate(g, s.steps).peak_memory <= budget

@@ -7,12 +7,13 @@ command, so the imports only point downward.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -172,16 +173,22 @@ def read_graph(
         options["input_shapes"] = shapes
     if batch is not None:
         options["batch"] = batch
-    # The importer reports an upgraded opset as a warning; the CLI shows it as one note line.
+    with notes_on_stderr():
+        return load_graph(path, **options)
+
+
+@contextlib.contextmanager
+def notes_on_stderr() -> Iterator[None]:
+    """The importer (an upgraded opset) and export-torch (values not compared) report notes as
+    ImportNote warnings; the CLI shows each as one ``remat: note:`` line."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ImportNote)  # other warnings keep their filters
-        graph = load_graph(path, **options)
+        yield
     for w in caught:
         if issubclass(w.category, ImportNote):
             click.echo(f"remat: note: {w.message}", err=True)
         else:  # not ours to judge: pass it on unchanged
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    return graph
 
 
 def resolve_budget(graph: Graph, text: str) -> int:

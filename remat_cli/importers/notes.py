@@ -13,3 +13,7 @@ class ImportNote(UserWarning):
 
 class OpsetUpgraded(ImportNote):
     """An ONNX model older than opset 13 was upgraded on import (onnx.version_converter)."""
+
+
+class NotCompared(ImportNote):
+    """export-torch could not compare the exported values with torch autograd (random ops)."""

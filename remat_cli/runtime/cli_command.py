@@ -158,7 +158,7 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
     import importlib.util
     from pathlib import Path
 
-    from remat_cli.cli_common import BadInput, err, friendly_errors
+    from remat_cli.cli_common import BadInput, err, friendly_errors, notes_on_stderr
 
     @friendly_errors
     def go() -> None:
@@ -199,7 +199,8 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
         if not (isinstance(made, tuple) and len(made) == 3 and len(made[1]) == 2):
             raise BadInput(f"{attr}() must return (model, (x, y), loss_fn)")
         try:
-            out = export_training_graph(made, output, name=Path(output).stem, check=check)
+            with notes_on_stderr():
+                out = export_training_graph(made, output, name=Path(output).stem, check=check)
         except AssertionError as e:
             raise BadInput(f"the export does not match torch autograd: {e}") from None
         except Exception as e:

@@ -296,3 +296,28 @@ def test_a_subgraph_reading_the_enclosing_graph_runs_in_interpret_mode(tmp_path:
     graph = from_onnx_file(path)
     rep = run_schedule(path, graph, checkpoint_all(graph), mode="interpret", repeat=1, warmup=0)
     assert rep.outputs_match
+
+
+@pytest.mark.parametrize("mode", ["session", "interpret"])
+def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str) -> None:
+    """A training step with Dropout draws its mask in the graph (RandomUniformLike, no seed):
+    the scheduled and the unscheduled run drew different masks and `remat run` reported that
+    the outputs differ. Seeded from the node's name, both draw the same, replay after replay."""
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
+    half = onnx.numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")
+    nodes = [
+        oh.make_node("Relu", ["x"], ["h"], name="relu"),
+        oh.make_node("RandomUniformLike", ["h"], ["u"], name="draw"),
+        oh.make_node("Less", ["u", "half"], ["keep"], name="less"),
+        oh.make_node("Cast", ["keep"], ["mask"], to=TensorProto.FLOAT, name="cast"),
+        oh.make_node("Mul", ["h", "mask"], ["y"], name="mul"),
+    ]
+    model = oh.make_model(
+        oh.make_graph(nodes, "g", [x], [y], [half]), opset_imports=[oh.make_opsetid("", 17)]
+    )
+    path = tmp_path / "dropout.onnx"
+    onnx.save(model, path)
+    graph = from_onnx_file(path)
+    rep = run_schedule(path, graph, checkpoint_all(graph), mode=mode, repeat=2, warmup=1)
+    assert rep.outputs_match and any("seeded" in n for n in rep.notes)

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from remat_cli.graph import Graph
+from remat_cli.importers.onnx import RANDOM_OPS
 from remat_cli.runtime.model import elem_types, node_table, single_node_model, view_values
 from remat_cli.runtime.session import RunFailed, check_cuda_session, cuda_providers
 from remat_cli.schedule import Step
@@ -89,6 +90,12 @@ class Interpreter:
             outs = [t for t in proto.output if t]
             self.sessions[n.id] = (sess, ins, outs)
         self.views = view_values(model)
+        # a seeded random op's kernel draws on from where its last run ended: its first draw is
+        # kept and given to every later replay, as the whole model's one run per replay draws
+        self.random = {
+            n.id for n in graph.nodes if table[n.id].op_type in RANDOM_OPS and n.id in self.sessions
+        }
+        self.drawn: dict[str, list] = {}
         self.initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
 
     def _ortvalue(self, arr: np.ndarray):
@@ -128,7 +135,9 @@ class Interpreter:
         sess, ins, outs = self.sessions[node]
         where, there = ("", "") if on is None else (f" on {on!r}", " there")
         try:
-            produced = sess.run_with_ort_values(outs, {i: live[i] for i in ins})
+            produced = self.drawn.get(node) or sess.run_with_ort_values(outs, {i: live[i] for i in ins})
+            if node in self.random:
+                self.drawn[node] = produced
         except KeyError as e:
             raise RunFailed(
                 f"step {k}: {node!r}{where} reads {e.args[0]!r}, which is not live{there}"

@@ -19,7 +19,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import VIEW_OPS, node_reads, onnx_node_ids
+from remat_cli.importers.onnx import RANDOM_OPS, VIEW_OPS, node_reads, onnx_node_ids
 from remat_cli.schedule import Step
 
 #: ops whose integer input indexes `data` along `axis` (input positions: data, indices)
@@ -213,6 +213,25 @@ def single_node_model(
     m = oh.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     m.functions.extend(model.functions)
     return m
+
+
+def seed_random_ops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of `model` in which every random op without a ``seed`` (Dropout's mask in an
+    exported training step) gets one from its name, and how many did: unseeded, the scheduled
+    and the unscheduled run draw different numbers and their outputs never match. A recomputed
+    random op would draw again, so the importer never recomputes one."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    seeded = 0
+    for n in out.graph.node:
+        if (
+            n.op_type in RANDOM_OPS
+            and n.domain in ("", "ai.onnx")
+            and not any(a.name == "seed" for a in n.attribute)
+        ):
+            n.attribute.append(oh.make_attribute("seed", float(zlib.crc32(n.name.encode()) % (1 << 24))))
+            seeded += 1
+    return out, seeded
 
 
 def elem_types(model: onnx.ModelProto) -> dict[str, int]:

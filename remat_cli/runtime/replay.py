@@ -29,6 +29,7 @@ from remat_cli.runtime.model import (
     feed_names,
     make_inputs,
     scheduled_model,
+    seed_random_ops,
 )
 from remat_cli.runtime.report import (
     Mode,
@@ -106,6 +107,12 @@ def run_schedule(
             f"the scheduled run is the model upgraded from opset {old_opset} to {MIN_OPSET}; "
             "the unscheduled run is the original"
         )
+    model, seeded = seed_random_ops(model)
+    if seeded:
+        notes.append(
+            f"{seeded} random op(s) (e.g. Dropout) seeded from their names in both runs, so that "
+            "they draw the same numbers"
+        )
     try:
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
@@ -141,8 +148,12 @@ def run_schedule(
             np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(model)})
             sched_path = d / "scheduled.onnx"
             onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
+            ref_path = model_path
+            if seeded:  # the unscheduled run draws with the same seeds
+                ref_path = d / "unscheduled.onnx"
+                onnx.save(model, str(ref_path))
             run_m, ref_m = session.measure(
-                [(sched_path, d / "scheduled_out.npz"), (model_path, d / "unscheduled_out.npz")],
+                [(sched_path, d / "scheduled_out.npz"), (ref_path, d / "unscheduled_out.npz")],
                 d / "inputs.npz",
                 provider=provider,
                 threads=threads,

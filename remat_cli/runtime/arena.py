@@ -66,9 +66,9 @@ def arena_replay(
 
     for k, step in enumerate(steps):
         if step.op == "compute":
-            sess, ins, outs = engine.sessions[step.node]
+            _, ins, outs = engine.sessions[step.node]
             try:
-                produced = sess.run_with_ort_values(outs, {i: read(i) for i in ins})
+                produced = engine.run_node(step.node, {i: read(i) for i in ins})
             except KeyError as e:
                 raise RunFailed(f"step {k}: {step.node!r} reads {e.args[0]!r}, which is not live") from None
             for name, v in zip(outs, produced, strict=True):

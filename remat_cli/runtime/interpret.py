@@ -132,12 +132,10 @@ class Interpreter:
     ) -> int:
         """Run step `k`, computing `node` from `live`; its outputs join `live` and `size`.
         Returns their bytes. `on` names the device in the errors (several-device replays)."""
-        sess, ins, outs = self.sessions[node]
+        _, ins, outs = self.sessions[node]
         where, there = ("", "") if on is None else (f" on {on!r}", " there")
         try:
-            produced = self.drawn.get(node) or sess.run_with_ort_values(outs, {i: live[i] for i in ins})
-            if node in self.random:
-                self.drawn[node] = produced
+            produced = self.run_node(node, {i: live[i] for i in ins})
         except KeyError as e:
             raise RunFailed(
                 f"step {k}: {node!r}{where} reads {e.args[0]!r}, which is not live{there}"
@@ -150,6 +148,16 @@ class Interpreter:
             size[name] = self._bytes(name, v)
             out_bytes += size[name]
         return out_bytes
+
+    def run_node(self, node: str, feeds: Mapping[str, object]) -> list:
+        """`node`'s outputs from `feeds`; a random node's first draw every time (see __init__)."""
+        if node in self.drawn:
+            return self.drawn[node]
+        sess, _, outs = self.sessions[node]
+        produced = sess.run_with_ort_values(outs, dict(feeds))
+        if node in self.random:
+            self.drawn[node] = produced
+        return produced
 
     def replay(
         self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]

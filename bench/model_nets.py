@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BN = {"track_running_stats": False}  # training-mode BatchNorm as the exporter needs it
+BN = {"track_running_stats": False}  # as first exported (export-torch now untracks running stats itself)
 
 
 def alexnet() -> nn.Module:

@@ -298,11 +298,13 @@ def test_a_subgraph_reading_the_enclosing_graph_runs_in_interpret_mode(tmp_path:
     assert rep.outputs_match
 
 
+@pytest.mark.parametrize("op", ["RandomUniformLike", "Dropout"])
 @pytest.mark.parametrize("mode", ["session", "interpret"])
-def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str) -> None:
+def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str, op: str) -> None:
     """A training step with Dropout draws its mask in the graph (RandomUniformLike, no seed):
     the scheduled and the unscheduled run drew different masks and `remat run` reported that
-    the outputs differ. Seeded from the node's name, both draw the same, replay after replay."""
+    the outputs differ. Seeded from the node's name, both draw the same, replay after replay.
+    The same for ONNX's own Dropout with a training_mode input (torch.onnx's training exports)."""
     x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
     y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
     half = onnx.numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")
@@ -313,9 +315,11 @@ def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str) 
         oh.make_node("Cast", ["keep"], ["mask"], to=TensorProto.FLOAT, name="cast"),
         oh.make_node("Mul", ["h", "mask"], ["y"], name="mul"),
     ]
-    model = oh.make_model(
-        oh.make_graph(nodes, "g", [x], [y], [half]), opset_imports=[oh.make_opsetid("", 17)]
-    )
+    inits = [half]
+    if op == "Dropout":
+        nodes = [nodes[0], oh.make_node("Dropout", ["h", "half", "train"], ["y"], name="dropout")]
+        inits.append(onnx.numpy_helper.from_array(np.array(True), "train"))
+    model = oh.make_model(oh.make_graph(nodes, "g", [x], [y], inits), opset_imports=[oh.make_opsetid("", 17)])
     path = tmp_path / "dropout.onnx"
     onnx.save(model, path)
     graph = from_onnx_file(path)

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import RANDOM_OPS
+from remat_cli.importers.onnx import draws_random
 from remat_cli.runtime.model import elem_types, node_table, single_node_model, view_values
 from remat_cli.runtime.session import RunFailed, check_cuda_session, cuda_providers
 from remat_cli.schedule import Step
@@ -92,9 +92,7 @@ class Interpreter:
         self.views = view_values(model)
         # a seeded random op's kernel draws on from where its last run ended: its first draw is
         # kept and given to every later replay, as the whole model's one run per replay draws
-        self.random = {
-            n.id for n in graph.nodes if table[n.id].op_type in RANDOM_OPS and n.id in self.sessions
-        }
+        self.random = {n.id for n in graph.nodes if draws_random(table[n.id]) and n.id in self.sessions}
         self.drawn: dict[str, list] = {}
         self.initializers = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
 

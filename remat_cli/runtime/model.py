@@ -19,7 +19,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import RANDOM_OPS, VIEW_OPS, node_reads, onnx_node_ids
+from remat_cli.importers.onnx import VIEW_OPS, draws_random, node_reads, onnx_node_ids
 from remat_cli.schedule import Step
 
 #: ops whose integer input indexes `data` along `axis` (input positions: data, indices)
@@ -224,12 +224,10 @@ def seed_random_ops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     out.CopyFrom(model)
     seeded = 0
     for n in out.graph.node:
-        if (
-            n.op_type in RANDOM_OPS
-            and n.domain in ("", "ai.onnx")
-            and not any(a.name == "seed" for a in n.attribute)
-        ):
-            n.attribute.append(oh.make_attribute("seed", float(zlib.crc32(n.name.encode()) % (1 << 24))))
+        if draws_random(n) and not any(a.name == "seed" for a in n.attribute):
+            seed = zlib.crc32(n.name.encode()) % (1 << 24)
+            # Dropout's seed is an int attribute, the Random* ops' a float one
+            n.attribute.append(oh.make_attribute("seed", seed if n.op_type == "Dropout" else float(seed)))
             seeded += 1
     return out, seeded
 

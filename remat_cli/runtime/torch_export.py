@@ -32,7 +32,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from remat_cli.importers.notes import NotCompared
-from remat_cli.importers.onnx.common import RANDOM_OPS
+from remat_cli.importers.onnx import draws_random
 
 aten = torch.ops.aten
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -330,7 +330,7 @@ def _check_against_autograd(
         loss = loss_fn(model(x), y)
     loss.backward()
     want = [loss.detach().numpy(), *(p.grad.numpy() for p in model.parameters())]
-    random = sorted({n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in RANDOM_OPS})
+    random = sorted({n.op_type for n in onnx.load(str(path)).graph.node if draws_random(n)})
     if random:
         # Dropout draws its mask in the graph (RandomUniformLike) and in torch from other
         # generators: the values cannot agree, so only the outputs' shapes are compared

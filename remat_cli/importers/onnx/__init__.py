@@ -27,7 +27,14 @@ from pydantic import ValidationError
 
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers.notes import OpsetUpgraded
-from remat_cli.importers.onnx.builder import _Builder, _infer_phases, _topological, node_reads, onnx_node_ids
+from remat_cli.importers.onnx.builder import (
+    _Builder,
+    _infer_phases,
+    _topological,
+    draws_random,
+    node_reads,
+    onnx_node_ids,
+)
 from remat_cli.importers.onnx.common import (
     COST_MODELS,
     COST_UNITS,
@@ -59,6 +66,7 @@ from remat_cli.importers.onnx.shapes import (
 )
 
 __all__ = [
+    "draws_random",
     "node_reads",
     "COST_MODELS",
     "COST_UNITS",

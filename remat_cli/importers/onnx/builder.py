@@ -259,12 +259,15 @@ def _unknown_op(n: NodeProto | None) -> str | None:
     return f"{n.domain}.{n.op_type}" if n.domain else n.op_type
 
 
+def draws_random(n: NodeProto) -> bool:
+    """A node whose outputs are random draws: a random op, or Dropout with a training_mode input."""
+    if n.domain not in DEFAULT_DOMAINS:
+        return False
+    return n.op_type in RANDOM_OPS or (n.op_type == "Dropout" and len(n.input) >= 3 and bool(n.input[2]))
+
+
 def _recomputable(n: NodeProto) -> bool:
-    if n.op_type in RANDOM_OPS:
-        return False
-    if n.op_type == "Dropout" and len(n.input) >= 3 and n.input[2]:
-        return False
-    return True
+    return not draws_random(n)
 
 
 # ---------------------------------------------------------------------------------------------

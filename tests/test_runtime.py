@@ -331,3 +331,16 @@ def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str, 
     rep = run_schedule(path, graph, sched, mode=mode, repeat=2, warmup=1)
     assert rep.outputs_match and any("seeded" in n for n in rep.notes)
     assert mode == "session" or (rep.arena is not None and rep.arena["outputs_match"])
+
+
+def test_a_graph_of_empty_tensors_prints_its_table(tmp_path: Path) -> None:
+    """Every tensor of zero elements: the predicted peak is 0 B, and the table's 'peak vs
+    predicted' row divided by it (an internal error, exit 3)."""
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [0, 8])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [0, 8])
+    model = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    path, sched_path = tmp_path / "empty.onnx", tmp_path / "s.json"
+    onnx.save(model, path)
+    sched_path.write_text(checkpoint_all(from_onnx_file(path)).to_json())
+    res = CliRunner().invoke(run_command, [str(path), str(sched_path), "--repeat", "1", "--warmup", "0"])
+    assert res.exit_code == 0, res.output

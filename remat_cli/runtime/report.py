@@ -78,7 +78,7 @@ class RunReport(BaseModel):
                 "peak vs predicted",
                 "",
                 f"{self.memory_error:+.1%}",
-                f"{u.peak_memory / p.peak_memory - 1:+.1%}",
+                f"{u.peak_memory / p.peak_memory - 1:+.1%}" if p.peak_memory else "",
             ),
             ("time", "", f"{m.seconds * 1e3:.1f} ms", f"{u.seconds * 1e3:.1f} ms"),
             ("CPU time", "", f"{m.cpu_seconds * 1e3:.1f} ms", f"{u.cpu_seconds * 1e3:.1f} ms"),

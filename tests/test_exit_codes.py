@@ -233,14 +233,15 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("factory_name", ["convnet", "rnn", "dropout"])
+@pytest.mark.parametrize("factory_name", ["convnet", "rnn", "dropout", "two_inputs"])
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
     'cannot export' line, or an internal error): BatchNorm with running statistics (in-place
     update under torch.func), GroupNorm (aten.empty_permuted), bilinear and nearest Upsample and
     AdaptiveMaxPool2d (their backwards; the latter's forward too), LSTM/GRU (oneDNN's aten.mkldnn_rnn_layer). Each export
     is checked against torch autograd; with Dropout (random numbers drawn in the graph) only
-    the shapes are, and a note says so (the values were 'the export does not match')."""
+    the shapes are, and a note says so (the values were 'the export does not match'). A model
+    of two inputs (token ids and a mask) takes x as a tuple: loss_fn(model(*x), y)."""
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
         assert "pip install 'remat-cli[torch]'" in bad_input(
             "export-torch", "x.py:f", "-o", tmp_path / "o.onnx"
@@ -263,6 +264,16 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "                        nn.Upsample(scale_factor=2), nn.MaxPool2d(2),\n"
         "                        nn.AdaptiveMaxPool2d(5), nn.Flatten(), nn.Linear(100, 2))\n"
         "    return net, (torch.randn(2, 3, 5, 5), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+        "class Masked(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.emb, self.out = nn.Embedding(10, 4), nn.Linear(4, 2)\n"
+        "    def forward(self, ids, mask):\n"
+        "        return self.out((self.emb(ids) * mask[..., None]).sum(1))\n"
+        "def two_inputs():\n"
+        "    torch.manual_seed(0)\n"
+        "    ids, mask = torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([[1.0, 1, 1], [1, 1, 0]])\n"
+        "    return Masked(), ((ids, mask), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
         "def dropout():\n"
         "    torch.manual_seed(0)\n"
         "    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 2))\n"

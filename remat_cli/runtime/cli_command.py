@@ -153,7 +153,8 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
     """Export a PyTorch training step (forward + loss + backward) as ONNX for remat.
 
     FACTORY (in FILE.py or an importable module) takes no arguments and returns
-    (model, (x, y), loss_fn) with loss = loss_fn(model(x), y). Needs remat-cli[torch]."""
+    (model, (x, y), loss_fn) with loss = loss_fn(model(x), y); x may be a tuple of
+    tensors, then loss = loss_fn(model(*x), y). Needs remat-cli[torch]."""
     import importlib
     import importlib.util
     from pathlib import Path

@@ -14,7 +14,8 @@ gradient are graph outputs. Local functions are inlined and every node gets a un
 (the importer uses ONNX node names as node ids). The export is checked against torch
 autograd on onnxruntime.
 
-A spec is ``(model, (x, y), loss_fn)`` with ``loss = loss_fn(model(x), y)``.
+A spec is ``(model, (x, y), loss_fn)`` with ``loss = loss_fn(model(x), y)``; ``x`` may be a tuple
+of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y)``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from remat_cli.importers.notes import NotCompared
 from remat_cli.importers.onnx import draws_random
 
 aten = torch.ops.aten
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]
 Spec = tuple[nn.Module, Batch, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
 
 
@@ -245,11 +246,12 @@ def decompositions() -> dict:
 
 # ---------------------------------------------------------------- tracing and export
 def training_step(model: nn.Module, loss_fn: Callable) -> tuple[Callable, list[str]]:
-    """A function (params..., x, y) -> (loss, grads...) with parameters as plain arguments."""
+    """A function (params..., *xs, y) -> (loss, grads...) with parameters as plain arguments."""
     names = [n for n, _ in model.named_parameters()]
 
-    def loss_of(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return loss_fn(torch.func.functional_call(model, params, (x,)), y)
+    def loss_of(params: dict[str, torch.Tensor], *data: torch.Tensor) -> torch.Tensor:
+        *xs, y = data
+        return loss_fn(torch.func.functional_call(model, params, tuple(xs)), y)
 
     grad_and_value = torch.func.grad_and_value(loss_of)
 
@@ -265,6 +267,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     """Write the training step of `spec` to `path` as ONNX; with `check`, compare its loss and
     gradients on onnxruntime with torch autograd (AssertionError when they differ)."""
     model, (x, y), loss_fn = spec
+    xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
     model.train()
     step, names = training_step(model, loss_fn)
     params = [p.detach() for p in model.parameters()]
@@ -278,7 +281,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
         m.track_running_stats = False
     try:
         with sdpa_kernel(SDPBackend.MATH), torch.backends.mkldnn.flags(enabled=False):
-            gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, x, y)
+            gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, *xs, y)
     finally:
         for m in tracked:
             m.track_running_stats = True
@@ -288,9 +291,9 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     safe = [n.replace(".", "_") for n in names]
     program = torch.onnx.export(
         gm,
-        (*params, x, y),
+        (*params, *xs, y),
         dynamo=True,
-        input_names=[*safe, "x", "y"],
+        input_names=[*safe, *(["x"] if len(xs) == 1 else [f"x{k}" for k in range(len(xs))]), "y"],
         output_names=["loss", *(f"grad_{n}" for n in safe)],
         optimize=True,
         external_data=False,
@@ -303,7 +306,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     path = Path(path)
     onnx.save(proto, path)
     if check:
-        _check_against_autograd(path, model, loss_fn, params, x, y)
+        _check_against_autograd(path, model, loss_fn, params, xs, y)
     return path
 
 
@@ -312,7 +315,7 @@ def _check_against_autograd(
     model: nn.Module,
     loss_fn: Callable,
     params: list[torch.Tensor],
-    x: torch.Tensor,
+    xs: tuple[torch.Tensor, ...],
     y: torch.Tensor,
 ) -> None:
     """The exported graph must give torch autograd's loss and gradients (one intra-op thread:
@@ -323,11 +326,11 @@ def _check_against_autograd(
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), [*params, x, y], strict=True)}
+    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), [*params, *xs, y], strict=True)}
     got = sess.run(None, feeds)
     model.zero_grad()
     with sdpa_kernel(SDPBackend.MATH):
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(model(*xs), y)
     loss.backward()
     want = [loss.detach().numpy(), *(p.grad.numpy() for p in model.parameters())]
     random = sorted({n.op_type for n in onnx.load(str(path)).graph.node if draws_random(n)})

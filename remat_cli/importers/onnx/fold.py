@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, numpy_helper
+from onnx import ModelProto, NodeProto, numpy_helper
 from onnx import helper as oh
 
 from remat_cli.importers.onnx.common import _INT_TYPES, DEFAULT_DOMAINS, SMALL_INT_ELEMENTS
@@ -143,25 +143,12 @@ def fold_shape_arithmetic(model: ModelProto, shapes: Mapping[str, list[int]]) ->
     return copy
 
 
-def value_shapes(model: ModelProto) -> dict[str, list[int]]:
-    """Tensor name -> concrete dims, from a model's inputs, outputs, value_info and initializers."""
-    out: dict[str, list[int]] = {}
-    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
-            if all(d.HasField("dim_value") for d in tt.shape.dim):
-                out[vi.name] = [int(d.dim_value) for d in tt.shape.dim]
-    for t in model.graph.initializer:
-        out[t.name] = [int(d) for d in t.dims]
-    return out
-
-
 def folded_value_infos(folded: ModelProto, original: ModelProto) -> list[onnx.ValueInfoProto]:
     """Value infos for the original model's node outputs that became initializers when folded."""
     produced = {o for n in original.graph.node for o in n.output if o}
     was = {t.name for t in original.graph.initializer}
     return [
-        oh.make_tensor_value_info(t.name, t.data_type if t.data_type else TensorProto.INT64, list(t.dims))
+        oh.make_tensor_value_info(t.name, t.data_type, list(t.dims))
         for t in folded.graph.initializer
         if t.name in produced and t.name not in was
     ]

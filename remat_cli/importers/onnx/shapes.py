@@ -35,7 +35,7 @@ from onnx import helper as oh
 
 from remat_cli.graph import GraphError
 from remat_cli.importers.onnx.common import _SUB_BYTE_BITS, DEFAULT_DOMAINS, Dim
-from remat_cli.importers.onnx.fold import fold_shape_arithmetic, folded_value_infos, value_shapes
+from remat_cli.importers.onnx.fold import fold_shape_arithmetic, folded_value_infos
 
 #: rounds of shape inference and folding of shape arithmetic (each may resolve a Shape() more)
 FOLD_ROUNDS = 4
@@ -154,7 +154,7 @@ def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
             return inferred, None
         # Reshape/Slice targets computed from Shape() and small int arithmetic (see fold.py);
         # each round may fold a Shape() whose input the last round's inference resolved
-        folded = fold_shape_arithmetic(model, value_shapes(inferred))
+        folded = fold_shape_arithmetic(model, _concrete_shapes(inferred.graph))
         if folded is None:
             break
         again = _onnx_inference(folded)
@@ -216,6 +216,17 @@ def _value_infos(g: GraphProto) -> Iterable[onnx.ValueInfoProto]:
     yield from g.input
     yield from g.output
     yield from g.value_info
+
+
+def _concrete_shapes(g: GraphProto) -> dict[str, list[int]]:
+    """Tensor name -> dims, for every value info with a complete shape and every initializer."""
+    out = {
+        vi.name: [int(d.dim_value) for d in vi.type.tensor_type.shape.dim]
+        for vi in _value_infos(g)
+        if _complete(vi.type)
+    }
+    out.update({t.name: [int(d) for d in t.dims] for t in g.initializer})
+    return out
 
 
 def _complete(t: TypeProto) -> bool:

@@ -1,0 +1,191 @@
+"""A lower bound on the recomputation cost of every schedule, in any operator order, that fits a
+budget: the cost forced at one instant (the "cut bound").
+
+Take the first time a node v is computed. By then every ancestor of v has run, and no descendant
+has; a node that is neither (parallel to v) may have run or not. Let r_u = 1 when u runs after
+the instant: r_u = 1 for every descendant; for an ancestor p it means p runs *again*, at cost
+c_p (y_p below); for a parallel node it may be its first run, so it is free. A node that runs
+after the instant needs each input b then, so b is either live at the instant (x_b, counted in
+memory) or made again after it by its producer (r_prod(b)); a graph output likewise. With v's
+inputs and outputs, its workspace and the resident bytes live at the instant (M_v), the cheapest
+choice is the ILP
+
+    min  sum_{p ancestor of v} c_p r_p
+    s.t. x_b + r_prod(b) >= r_u           u runs after the instant, b an input of u
+         x_b + r_prod(b) >= 1             b a graph output
+         sum_b s_b x_b <= B - M_v
+         r_u = 1 for descendants u; x, r binary; inputs and outputs of v are live (fixed)
+
+over the values made before the instant (by ancestors and parallel nodes). Its optimum, or
+HiGHS's dual bound when cut short, is a lower bound on the extra cost of every schedule within B:
+each r_p = 1 of an ancestor is at least one recomputation. This is Checkmate's model (Jain et al.,
+MLSys'20, §4, eq. 1-4) at a single stage with the order left free; at tight budgets the integral
+knapsack at one stage binds where the LP relaxation of the whole model gives almost 0 (bench
+results/limits.json). Parallel nodes matter on exported training graphs: a ReLU's backward mask
+or a BatchNorm's saved statistics can be computed from forward values before the loss, so the
+value kept across the loss may be theirs rather than the forward activation.
+
+The bound is the maximum over the instants tried. Those are the needed nodes ranked by the bytes
+that could have to cross them (values made by ancestors and read by some node not an ancestor),
+the ILP at the `exact` largest.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from remat_cli.graph import Graph
+
+
+@dataclass(frozen=True)
+class CostBound:
+    """The bound, in the graph's cost unit (extra cost over the baseline), and where it came from."""
+
+    extra_cost: float
+    node: str | None  # the instant that gave it (None: no instant forces any recomputation)
+    instants: int  # ILPs solved
+
+
+class _Instants:
+    """The needed nodes' ancestor matrix and the ILP at any one of them."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.order = graph.needed_order
+        self.idx = {n: i for i, n in enumerate(self.order)}
+        nodes, prod = graph.node_map, graph.producer
+        n = len(self.order)
+        self.anc = np.zeros((n, n), dtype=bool)  # anc[i, j]: j is a strict ancestor of i
+        for i, nid in enumerate(self.order):
+            for v in nodes[nid].inputs:
+                if (p := prod.get(v)) in self.idx:
+                    j = self.idx[p]
+                    self.anc[i, j] = True
+                    self.anc[i] |= self.anc[j]
+
+    def live_at(self, nid: str) -> int:
+        """M_v: the bytes live at v's compute instant in every schedule."""
+        g, vm = self.graph, self.graph.value_map
+        n = g.node_map[nid]
+        ins = {v for v in n.inputs if not vm[v].resident}
+        return g.resident_bytes + sum(vm[v].size for v in ins | set(n.outputs)) + n.workspace
+
+    def crossing_bytes(self) -> np.ndarray:
+        """Per instant, the bytes of values made by an ancestor and read by a node not an ancestor
+        (nor the instant itself) or kept as a graph output: at most these can have to cross it."""
+        g, vm, n = self.graph, self.graph.value_map, len(self.order)
+        desc = self.anc.T
+        total = np.zeros(n, dtype=np.int64)
+        outputs = set(g.outputs)
+        for nid in self.order:
+            p = self.idx[nid]
+            for a in g.node_map[nid].outputs:
+                if vm[a].resident:
+                    continue
+                readers = [self.idx[c] for c in g.consumers.get(a, []) if c in self.idx]
+                # instants v after p at which some reader is not an ancestor of v and is not v
+                mask = desc[p].copy()
+                if a not in outputs:
+                    later = np.zeros(n, dtype=bool)
+                    for r in readers:
+                        col = ~self.anc[:, r]
+                        col[r] = False
+                        later |= col
+                    mask &= later
+                total[mask] += vm[a].size
+        return total
+
+    def bound_at(self, nid: str, budget: int, time_limit: float, *, integral: bool = True) -> float:
+        """The ILP of the module docstring at v = `nid` (its LP relaxation unless `integral`): the
+        optimum, or HiGHS's dual bound when cut short (a bound either way)."""
+        g = self.graph
+        nodes, vm, prod = g.node_map, g.value_map, g.producer
+        i = self.idx[nid]
+        before = {n for j, n in enumerate(self.order) if j != i and not self.anc[j, i]}  # ancestors, parallel
+        fixed = set(nodes[nid].inputs) | set(nodes[nid].outputs)
+        r = {u: k for k, u in enumerate(n for n in self.order if n in before)}
+        made = [b for u in r for b in nodes[u].outputs if not vm[b].resident and b not in fixed]
+        x = {b: len(r) + k for k, b in enumerate(made)}
+        rows: list[dict[int, float]] = []
+        lower: list[float] = []
+        for u in self.order:
+            if u == nid:
+                continue
+            for b in set(nodes[u].inputs):
+                if b not in x:
+                    continue
+                row = {x[b]: 1.0, r[prod[b]]: 1.0}
+                if u in r:
+                    row[r[u]] = -1.0
+                rows.append(row)
+                lower.append(0.0 if u in r else 1.0)
+        for b in set(g.outputs):
+            if b in x:
+                rows.append({x[b]: 1.0, r[prod[b]]: 1.0})
+                lower.append(1.0)
+        nvar = len(r) + len(x)
+        coo = [(k, j, c) for k, row in enumerate(rows) for j, c in row.items()]
+        cover = coo_matrix(
+            ([c for *_, c in coo], ([k for k, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), nvar)
+        )
+        mem = np.zeros(nvar)
+        for b, k in x.items():
+            mem[k] = vm[b].size
+        cost = np.zeros(nvar)
+        for u, k in r.items():
+            if self.anc[i, self.idx[u]]:
+                cost[k] = nodes[u].cost
+        res = milp(
+            cost,
+            constraints=[
+                LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
+                LinearConstraint(mem.reshape(1, -1), lb=-np.inf, ub=budget - self.live_at(nid)),
+            ],
+            integrality=np.full(nvar, int(integral)),
+            bounds=Bounds(0, 1),
+            options={"time_limit": max(time_limit, 0.1), "disp": False},
+        )
+        if res.status == 0:
+            return float(res.fun)
+        if res.status == 2:  # infeasible: no schedule within the budget computes v at all
+            return float("inf")
+        dual = getattr(res, "mip_dual_bound", None)
+        return float(dual) if dual is not None and np.isfinite(dual) else 0.0
+
+
+def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: float = 30.0) -> CostBound:
+    """The cut bound of the module docstring for `budget` bytes. The LP relaxation runs at every
+    instant where the bytes that could have to cross it exceed the budget (most such bytes first,
+    for half of `time_limit`), the ILP at the `exact` instants of the largest LP bounds."""
+    inst = _Instants(graph)
+    crossing = inst.crossing_bytes()
+    need = sorted(((int(crossing[k]) + inst.live_at(v), v) for k, v in enumerate(inst.order)), reverse=True)
+    start = time.monotonic()
+    relaxed: list[tuple[float, str]] = []
+    for worst, v in need:
+        if worst <= budget or time.monotonic() - start > time_limit / 2:
+            break
+        relaxed.append((inst.bound_at(v, budget, time_limit / 2, integral=False), v))
+    if not relaxed:
+        return CostBound(0.0, None, 0)
+    relaxed.sort(reverse=True)
+    best, where = relaxed[0]
+    if best == float("inf"):
+        return CostBound(best, where, 0)
+    deadline = start + time_limit
+    top = [v for value, v in relaxed[:exact] if value > 0]
+    solved = 0
+    for k, v in enumerate(top):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        value = inst.bound_at(v, budget, left / (len(top) - k))
+        solved += 1
+        if value > best:
+            best, where = value, v
+    return CostBound(best, where, solved)

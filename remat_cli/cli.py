@@ -38,6 +38,7 @@ from remat_cli.cli_common import (
     friendly_errors,
     graph_options,
     human_bytes,
+    native_stdout_to_stderr,
     parse_solver_args,
     print_summary,
     read_graph,
@@ -45,6 +46,7 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.commands.plan import plan as plan_command
+from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
@@ -188,10 +190,28 @@ def solve(
 @main.command()
 @click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object to stdout.")
+@click.option(
+    "--budget",
+    "-b",
+    default=None,
+    help="Also bound the extra compute of every schedule within this budget, in any order. " + BUDGET_HELP,
+)
+@click.option(
+    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for that bound."
+)
 @graph_options
 @friendly_errors
-def info(graph_path: str, as_json: bool, input_shapes: tuple[str, ...], batch: int | None, cost: str) -> None:
-    """Size, baseline and lower bound of GRAPH."""
+def info(
+    graph_path: str,
+    as_json: bool,
+    budget: str | None,
+    bound_time_limit: float,
+    input_shapes: tuple[str, ...],
+    batch: int | None,
+    cost: str,
+) -> None:
+    """Size, baseline and lower bounds of GRAPH: the peak no schedule goes below and, with
+    --budget, the least extra compute any schedule within it needs (remat_cli/cost_bound.py)."""
     g = read_graph(graph_path, input_shapes, batch, cost)
     base = baseline(g)
     phases: dict[str, int] = {}
@@ -211,12 +231,27 @@ def info(graph_path: str, as_json: bool, input_shapes: tuple[str, ...], batch: i
         "phases": phases,
         "sha256": g.sha256(),
     }
+    if budget is not None:
+        if g.devices:
+            raise BadInput("--budget: the compute bound is for single-device graphs")
+        limit = resolve_budget(g, budget)
+        with native_stdout_to_stderr():
+            bound = cost_lower_bound(g, limit, time_limit=bound_time_limit)
+        facts["budget"] = limit
+        facts["extra_cost_lower_bound"] = bound.extra_cost  # in cost_unit
+        facts["overhead_lower_bound"] = bound.extra_cost / base.cost if base.cost > 0 else 0.0
+        facts["bound_instant"] = bound.node
     if as_json:
         click.echo(json.dumps(facts, indent=1))
         return
     t = Table(show_header=False, box=None)
     for k, v in facts.items():
-        shown = human_bytes(v) + f"  ({v:,} B)" if k.endswith(("bytes", "memory", "bound")) else v
+        if k == "overhead_lower_bound":
+            shown = f"{v:.4%}"
+        elif k.endswith(("bytes", "memory", "peak_lower_bound")) or k == "budget":
+            shown = human_bytes(v) + f"  ({v:,} B)"
+        else:
+            shown = v
         t.add_row(k.replace("_", " "), str(shown))
     err.print(t)
 

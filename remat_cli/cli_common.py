@@ -178,6 +178,21 @@ def read_graph(
 
 
 @contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """While a native engine runs in this process: its own prints (HiGHS has a few that no option
+    silences) go to stderr, as every human line does, so stdout keeps only the JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextlib.contextmanager
 def notes_on_stderr() -> Iterator[None]:
     """The importer (an upgraded opset) and export-torch (values not compared) report notes as
     ImportNote warnings; the CLI shows each as one ``remat: note:`` line."""

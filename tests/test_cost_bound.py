@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.schedule import baseline, peak_lower_bound
 from remat_cli.testing import tiny_graph
+from tests.clirun import remat
 
 
 def free_order_min_extra(g: Graph, budget: int) -> float | None:
@@ -111,3 +114,22 @@ def test_training_chain_pays_the_cheapest_forward() -> None:
     bound = cost_lower_bound(g, budget)
     assert bound.extra_cost == pytest.approx(3)
     assert cost_lower_bound(g, baseline(g).peak_memory).extra_cost == 0
+
+
+def test_info_reports_the_bound_a_solver_meets(tmp_path: Path) -> None:
+    """`remat info --budget` prints the bound as JSON on stdout; Checkmate's optimum meets it."""
+    g = training_chain()
+    path = tmp_path / "chain.json"
+    path.write_text(g.to_json())
+    budget = str(baseline(g).peak_memory - 1)
+    proc = remat("info", path, "--budget", budget, "--json")
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["extra_cost_lower_bound"] == pytest.approx(3)
+    assert facts["overhead_lower_bound"] == pytest.approx(3 / baseline(g).cost)
+    solved = remat("solve", path, "--budget", budget, "--solver", "checkmate")
+    assert solved.returncode == 0, solved.stderr
+    summary = json.loads(solved.stdout)["summary"]
+    assert summary["cost"] - summary["baseline_cost"] == pytest.approx(facts["extra_cost_lower_bound"])
+    bad = remat("info", path, "--budget", "1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""

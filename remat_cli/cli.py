@@ -46,7 +46,7 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.commands.plan import plan as plan_command
-from remat_cli.cost_bound import cost_lower_bound
+from remat_cli.cost_bound import CostBound, cost_lower_bound
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
@@ -187,6 +187,18 @@ def solve(
     watchdog.exit_fast(EXIT_OK if outcome.signal is None else 128 + outcome.signal)
 
 
+#: --bound-time-limit of info and validate
+BOUND_TIME_LIMIT = click.option(
+    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for the compute bound."
+)
+
+
+def compute_bound(g: Graph, budget: int, seconds: float) -> CostBound:
+    """The cut bound (remat_cli/cost_bound.py), HiGHS's own prints kept off stdout."""
+    with native_stdout_to_stderr():
+        return cost_lower_bound(g, budget, time_limit=seconds)
+
+
 @main.command()
 @click.argument("graph_path", metavar="GRAPH", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object to stdout.")
@@ -196,9 +208,7 @@ def solve(
     default=None,
     help="Also bound the extra compute of every schedule within this budget, in any order. " + BUDGET_HELP,
 )
-@click.option(
-    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for that bound."
-)
+@BOUND_TIME_LIMIT
 @graph_options
 @friendly_errors
 def info(
@@ -235,8 +245,7 @@ def info(
         if g.devices:
             raise BadInput("--budget: the compute bound is for single-device graphs")
         limit = resolve_budget(g, budget)
-        with native_stdout_to_stderr():
-            bound = cost_lower_bound(g, limit, time_limit=bound_time_limit)
+        bound = compute_bound(g, limit, bound_time_limit)
         facts["budget"] = limit
         facts["extra_cost_lower_bound"] = bound.extra_cost  # in cost_unit
         facts["overhead_lower_bound"] = bound.extra_cost / base.cost if base.cost > 0 else 0.0
@@ -261,6 +270,13 @@ def info(
 @click.argument("schedule_path", metavar="SCHEDULE", type=click.Path(dir_okay=False))
 @click.option("--budget", "-b", default=None, help="Check against this budget instead of the schedule's.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report to stdout.")
+@click.option(
+    "--bound",
+    is_flag=True,
+    help="Also the least overhead any schedule within the budget needs (remat info --budget), and "
+    "whether this one meets it (then it is optimal).",
+)
+@BOUND_TIME_LIMIT
 @graph_options
 @friendly_errors
 def validate(
@@ -268,6 +284,8 @@ def validate(
     schedule_path: str,
     budget: str | None,
     as_json: bool,
+    bound: bool,
+    bound_time_limit: float,
     input_shapes: tuple[str, ...],
     batch: int | None,
     cost: str,
@@ -305,6 +323,15 @@ def validate(
             }
     except ScheduleError as e:
         report["error"] = str(e)
+    if bound and report["valid"] and limit is not None and not g.devices:
+        if limit < peak_lower_bound(g):
+            report["overhead_lower_bound"] = None  # no schedule fits: nothing to bound
+        else:
+            extra = compute_bound(g, limit, bound_time_limit).extra_cost
+            report["overhead_lower_bound"] = extra / base.cost if base.cost > 0 else 0.0
+            report["proven_optimal"] = bool(report["within_budget"]) and report["cost"] <= (
+                base.cost + extra
+            ) * (1 + 1e-9)
     if report["valid"] and s.memory_plan is not None:
         try:
             pr = check_plan(g, s.steps, s.memory_plan)
@@ -343,6 +370,16 @@ def validate(
             )
     else:
         err.print(f"[red]invalid[/]: {report['error']}")
+    if report.get("overhead_lower_bound") is not None:
+        lb = report["overhead_lower_bound"]
+        err.print(
+            f"lower bound on the overhead of any schedule within the budget: {100 * lb:.2f}% "
+            + (
+                "(this schedule meets it: optimal)"
+                if report["proven_optimal"]
+                else f"(this one is at most {100 * (report['overhead'] - lb):.2f} points above the optimum)"
+            )
+        )
     mp = report.get("memory_plan")
     if mp is not None and mp["valid"]:
         err.print(

@@ -11,7 +11,9 @@ import pytest
 
 from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.schedule import baseline, peak_lower_bound
+from remat_cli.runner import build_schedule
+from remat_cli.schedule import baseline, peak_lower_bound, steps_from_sequence
+from remat_cli.solver import SolverResult
 from remat_cli.testing import tiny_graph
 from tests.clirun import remat
 
@@ -133,3 +135,26 @@ def test_info_reports_the_bound_a_solver_meets(tmp_path: Path) -> None:
     assert summary["cost"] - summary["baseline_cost"] == pytest.approx(facts["extra_cost_lower_bound"])
     bad = remat("info", path, "--budget", "1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""
+
+
+def test_validate_bound_tells_optimal_from_not(tmp_path: Path) -> None:
+    """`remat validate --bound`: Checkmate's schedule meets the bound (optimal); one that recomputes
+    both f1 and f2 (8 units where 3 suffice) within the same budget does not."""
+    g = training_chain()
+    path = tmp_path / "chain.json"
+    path.write_text(g.to_json())
+    budget = baseline(g).peak_memory - 1
+    optimal = tmp_path / "optimal.json"
+    optimal.write_text(remat("solve", path, "--budget", str(budget), "--solver", "checkmate").stdout)
+    steps = steps_from_sequence(g, ["f1", "f2", "f3", "loss", "b3", "f1", "f2", "b2", "b1"])
+    worse = tmp_path / "worse.json"
+    worse.write_text(
+        build_schedule(g, budget, "by-hand", SolverResult(steps=steps, status="feasible"), 0.0).to_json()
+    )
+    for schedule, want in ((optimal, True), (worse, False)):
+        proc = remat("validate", path, schedule, "--bound", "--json")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["within_budget"] is True
+        assert report["overhead_lower_bound"] == pytest.approx(3 / baseline(g).cost)
+        assert report["proven_optimal"] is want, report

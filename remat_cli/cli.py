@@ -49,13 +49,25 @@ from remat_cli.commands.plan import plan as plan_command
 from remat_cli.cost_bound import CostBound, cost_lower_bound
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
+from remat_cli.runner import with_cost_bound
 from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.sweep.runner import solve_in_subprocess
 from remat_cli.watchdog import run_guarded
 
-
 # ---- commands ----
+#: --bound-time-limit of solve, info and validate
+BOUND_TIME_LIMIT = click.option(
+    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for the compute bound."
+)
+
+
+def compute_bound(g: Graph, budget: int, seconds: float) -> CostBound:
+    """The cut bound (remat_cli/cost_bound.py), HiGHS's own prints kept off stdout."""
+    with native_stdout_to_stderr():
+        return cost_lower_bound(g, budget, time_limit=seconds)
+
+
 @click.group(
     cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
@@ -91,6 +103,13 @@ def main() -> None:
 )
 @click.option("--hint", type=click.Path(exists=True, dir_okay=False), help="A schedule to warm-start from.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
+@click.option(
+    "--bound",
+    is_flag=True,
+    help="After the solve, the least overhead any schedule within the budget needs (remat info "
+    "--budget) becomes the schedule's lower bound; status optimal when the schedule meets it.",
+)
+@BOUND_TIME_LIMIT
 @graph_options
 @click.pass_context
 @friendly_errors
@@ -105,6 +124,8 @@ def solve(
     workers: int | None,
     hint: str | None,
     quiet: bool,
+    bound: bool,
+    bound_time_limit: float,
     input_shapes: tuple[str, ...],
     batch: int | None,
     cost: str,
@@ -164,6 +185,9 @@ def solve(
             code,
             exit=watchdog.exit_fast,
         )
+    if bound and schedule.solver.status != "infeasible":
+        with native_stdout_to_stderr():  # HiGHS's own prints
+            schedule = with_cost_bound(graph, schedule, bound_time_limit)
     if not quiet:
         print_summary(schedule)
     if schedule.solver.status == "infeasible":
@@ -185,18 +209,6 @@ def solve(
         )
     emit(schedule.to_json(), output)
     watchdog.exit_fast(EXIT_OK if outcome.signal is None else 128 + outcome.signal)
-
-
-#: --bound-time-limit of info and validate
-BOUND_TIME_LIMIT = click.option(
-    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for the compute bound."
-)
-
-
-def compute_bound(g: Graph, budget: int, seconds: float) -> CostBound:
-    """The cut bound (remat_cli/cost_bound.py), HiGHS's own prints kept off stdout."""
-    with native_stdout_to_stderr():
-        return cost_lower_bound(g, budget, time_limit=seconds)
 
 
 @main.command()

@@ -6,9 +6,11 @@ that returns an invalid schedule is a bug and raises SolverBug rather than writi
 
 from __future__ import annotations
 
+import math
 import time
 
 from remat_cli import registry
+from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import (
@@ -114,3 +116,40 @@ def run_solver(
     if result.steps is None:
         return None, result
     return build_schedule(graph, budget, name, result, seconds, budgets=options.budgets), result
+
+
+def with_cost_bound(graph: Graph, schedule: Schedule, seconds: float) -> Schedule:
+    """`schedule` with the cut bound (remat_cli/cost_bound.py) as its lower bound, when its solver
+    minimises compute: the bound holds for every order, so for every solver's space, and a
+    schedule whose cost meets it is optimal whatever found it (status "optimal"). A solver's own
+    bound is kept where higher. Multi-device graphs, planned schedules and schedules over their
+    budget come back unchanged."""
+    info = schedule.solver
+    if (
+        graph.devices
+        or schedule.memory_plan is not None
+        or schedule.budget is None
+        or info.status not in ("feasible", "optimal")
+        or registry.get(info.name).minimises != "cost"
+    ):
+        return schedule
+    cut = cost_lower_bound(graph, schedule.budget, time_limit=seconds)
+    cost, base = schedule.summary.cost, schedule.summary.baseline_cost
+    lower = base + cut.extra_cost
+    if info.lower_bound is not None and info.objective is not None and math.isclose(info.objective, cost):
+        lower = max(lower, info.lower_bound)  # the solver's own bound, in the same unit
+    optimal = cost <= lower * (1 + 1e-9)
+    note = f"cut bound: overhead >= {cut.extra_cost / base:.4%}" if base > 0 else "cut bound: 0"
+    return schedule.model_copy(
+        update={
+            "solver": info.model_copy(
+                update={
+                    "status": "optimal" if optimal else info.status,
+                    "objective": cost,
+                    "lower_bound": lower,
+                    "gap": relative_gap(cost, lower),
+                    "message": f"{info.message}; {note}" if info.message else note,
+                }
+            )
+        }
+    )

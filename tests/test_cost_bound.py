@@ -11,7 +11,7 @@ import pytest
 
 from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import build_schedule
+from remat_cli.runner import build_schedule, with_cost_bound
 from remat_cli.schedule import baseline, peak_lower_bound, steps_from_sequence
 from remat_cli.solver import SolverResult
 from remat_cli.testing import tiny_graph
@@ -158,3 +158,34 @@ def test_validate_bound_tells_optimal_from_not(tmp_path: Path) -> None:
         assert report["within_budget"] is True
         assert report["overhead_lower_bound"] == pytest.approx(3 / baseline(g).cost)
         assert report["proven_optimal"] is want, report
+
+
+def test_with_cost_bound_proves_what_meets_it() -> None:
+    """A heuristic's schedule that meets the bound becomes "optimal"; one above it keeps its
+    status, with the bound as its lower bound and the gap between them."""
+    g = training_chain()
+    budget = baseline(g).peak_memory - 1
+    base = baseline(g).cost
+
+    def schedule(sequence: list[str]):  # noqa: ANN202
+        steps = steps_from_sequence(g, sequence)
+        return build_schedule(g, budget, "greedy", SolverResult(steps=steps, status="feasible"), 0.0)
+
+    best = with_cost_bound(g, schedule(["f1", "f2", "f3", "loss", "b3", "f2", "b2", "b1"]), 10)
+    assert best.summary.peak_memory <= budget and best.summary.cost == base + 3
+    assert best.solver.status == "optimal" and best.solver.lower_bound == pytest.approx(base + 3)
+    worse = with_cost_bound(g, schedule(["f1", "f2", "f3", "loss", "b3", "f1", "f2", "b2", "b1"]), 10)
+    assert worse.summary.peak_memory <= budget and worse.summary.cost == base + 8
+    assert worse.solver.status == "feasible" and worse.solver.lower_bound == pytest.approx(base + 3)
+    assert worse.solver.gap == pytest.approx(5 / (base + 8))
+
+
+def test_solve_bound_keeps_stdout_json(tmp_path: Path) -> None:
+    g = training_chain()
+    path = tmp_path / "chain.json"
+    path.write_text(g.to_json())
+    proc = remat("solve", path, "--budget", str(baseline(g).peak_memory - 1), "--solver", "greedy", "--bound")
+    assert proc.returncode == 0, proc.stderr
+    solver = json.loads(proc.stdout)["solver"]
+    assert solver["lower_bound"] == pytest.approx(baseline(g).cost + 3)
+    assert "cut bound" in solver["message"]

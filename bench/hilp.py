@@ -155,13 +155,19 @@ def sweep(limit: float) -> None:
 
 
 def table() -> None:
-    """The issue-18 table: each row's columns, the Checkmate ones (re)filled from limits.json
-    (measured separately by bench/limits.py); best known = the least overhead of any schedule."""
+    """The issue-18 table: each row's columns, the bound and Checkmate ones (re)filled from
+    limits.json (measured separately by bench/limits.py); best known = the least overhead of any
+    schedule; known-bound = how far that can be from the optimum (the cut bound holds for any
+    order; 0: proven optimal)."""
     path = ROOT / "bench" / "results" / "hilp.json"
     record = json.loads(path.read_text())
     limits = _limits()
     keys = ("best_bound", "checkmate", "greedy", "fastsa", "hilp_own", "returned", "seconds")
-    print(f"{'graph':24s} {'budget':>6s} " + " ".join(f"{k:>10s}" for k in keys) + f" {'best known':>10s}")
+    print(
+        f"{'graph':24s} {'budget':>6s} "
+        + " ".join(f"{k:>10s}" for k in keys)
+        + f" {'best known':>10s} {'known-bound':>11s}"
+    )
     for row in record["rows"]:
         cols = row.get("columns")
         if cols is None:
@@ -177,6 +183,9 @@ def table() -> None:
             cols[k] for k in ("checkmate", "greedy", "fastsa", "hilp_own", "returned") if cols[k] is not None
         ]
         cols["best_known"] = min(known) if known else None
+        # how far the best schedule can be from the optimum (0: proven optimal)
+        bound = cols["best_bound"]
+        cols["gap_to_bound"] = None if bound is None or not known else round(cols["best_known"] - bound, 6)
 
         def fmt(v: object) -> str:
             return "-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
@@ -184,7 +193,7 @@ def table() -> None:
         print(
             f"{row['graph']:24s} {row['fraction']:6.0%} "
             + " ".join(f"{fmt(cols[k]):>10s}" for k in keys)
-            + f" {fmt(cols['best_known']):>10s}"
+            + f" {fmt(cols['best_known']):>10s} {fmt(cols['gap_to_bound']):>11s}"
         )
     path.write_text(json.dumps(record, indent=1) + "\n")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from common import RESULTS, write_results  # noqa: E402
 
 from remat_cli.cost_bound import cost_lower_bound  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
+from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
@@ -41,10 +42,11 @@ from remat_cli.solver import SolveOptions  # noqa: E402
 NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
 
 
-def onnx_graphs(only: set[str], extra: list[Path]) -> dict[str, Graph]:
-    """The shipped graphs and `extra` ONNX files (named by their stem), those in `only` if any."""
+def load_graphs(only: set[str], extra: list[Path]) -> dict[str, Graph]:
+    """The shipped graphs and `extra` graph files (ONNX or remat-graph JSON, e.g. `remat generate
+    transformer --layers 125 -o transformer_l125.json`; named by their stem), those in `only` if any."""
     paths = [ROOT / "graphs" / f"{name}.onnx" for name in NAMES] + extra
-    return {p.stem: from_onnx_file(p) for p in paths if p.exists() and (not only or p.stem in only)}
+    return {p.stem: load_graph(p) for p in paths if p.exists() and (not only or p.stem in only)}
 
 
 def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
@@ -64,7 +66,7 @@ def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
         return row | {"status": f"infeasible (no schedule computes {cut.node} within the budget)"}
     row |= {
         # lower bound on the overhead of every schedule in any order
-        "best_bound": round(cut.extra_cost / base.cost, 6) if base.cost > 0 else 0.0,
+        "best_bound": math.floor(cut.extra_cost / base.cost * 1e6) / 1e6 if base.cost > 0 else 0.0,
         "bound_instant": cut.node,
         "bound_seconds": round(time.monotonic() - t0, 1),
     }
@@ -96,7 +98,7 @@ def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
-    ap.add_argument("--graphs", nargs="*", type=Path, default=[], help="more ONNX training graphs")
+    ap.add_argument("--graphs", nargs="*", type=Path, default=[], help="more training graphs (ONNX or JSON)")
     ap.add_argument("--fractions", default="0.7,0.6,0.5,0.4")
     ap.add_argument("--time-limit", type=float, default=300)
     ap.add_argument("--backend", default="auto")
@@ -110,7 +112,7 @@ def main() -> None:
     for r in rows:  # before the cut bound, "best_bound" was Checkmate's (fixed-order) bound
         if "checkmate_bound" not in r and "checkmate_status" in r:
             r["checkmate_bound"] = r.pop("best_bound", None)
-    for name, g in onnx_graphs({s for s in args.only.split(",") if s}, args.graphs).items():
+    for name, g in load_graphs({s for s in args.only.split(",") if s}, args.graphs).items():
         for frac in (float(f) for f in args.fractions.split(",")):
             row = {"graph": name, "nodes": len(g.nodes)} | cell(g, frac, args)
             same = [r for r in rows if (r["graph"], r["fraction"]) == (name, row["fraction"])]

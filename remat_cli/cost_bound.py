@@ -101,8 +101,8 @@ class _Instants:
         return total
 
     def bound_at(self, nid: str, budget: int, time_limit: float, *, integral: bool = True) -> float:
-        """The ILP of the module docstring at v = `nid` (its LP relaxation unless `integral`): the
-        optimum, or HiGHS's dual bound when cut short (a bound either way)."""
+        """The ILP of the module docstring at v = `nid` (its LP relaxation unless `integral`): HiGHS's
+        dual bound (the LP's optimum), a bound whether or not the search finished."""
         g = self.graph
         nodes, vm, prod = g.node_map, g.value_map, g.producer
         i = self.idx[nid]
@@ -148,12 +148,13 @@ class _Instants:
             ],
             integrality=np.full(nvar, int(integral)),
             bounds=Bounds(0, 1),
-            options={"time_limit": max(time_limit, 0.1), "disp": False},
+            options={"time_limit": max(time_limit, 0.1), "disp": False, "mip_rel_gap": 1e-7},
         )
-        if res.status == 0:
-            return float(res.fun)
         if res.status == 2:  # infeasible: no schedule within the budget computes v at all
             return float("inf")
+        if not integral:
+            return float(res.fun) if res.status == 0 else 0.0  # an unfinished LP bounds nothing
+        # the dual bound, not the incumbent: "optimal" only means within mip_rel_gap of it
         dual = getattr(res, "mip_dual_bound", None)
         return float(dual) if dual is not None and np.isfinite(dual) else 0.0
 

@@ -486,6 +486,13 @@ def _solver_facts(name: str) -> dict[str, Any]:
 @click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds per solver.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list to stdout.")
+@click.option(
+    "--bound",
+    is_flag=True,
+    help="Also the least overhead any schedule within the budget needs (remat info --budget): each "
+    "row gets it and whether its schedule meets it (proven_optimal).",
+)
+@BOUND_TIME_LIMIT
 @graph_options
 @friendly_errors
 def compare(
@@ -495,6 +502,8 @@ def compare(
     time_limit: float,
     seed: int,
     as_json: bool,
+    bound: bool,
+    bound_time_limit: float,
     input_shapes: tuple[str, ...],
     batch: int | None,
     cost: str,
@@ -521,16 +530,32 @@ def compare(
     for r in rows:
         if "peak_memory" in r:
             r["peak_fraction"] = r["peak_memory"] / base.peak_memory
+    least = None
+    if bound and not graph.devices:
+        extra = compute_bound(graph, budget_bytes, bound_time_limit).extra_cost
+        least = extra / base.cost if base.cost > 0 else 0.0
+        for r in rows:
+            r["overhead_lower_bound"] = least
+            if "overhead" in r:
+                within = r["status"] in ("feasible", "optimal")
+                r["proven_optimal"] = within and base.cost * (1 + r["overhead"]) <= (base.cost + extra) * (
+                    1 + 1e-9
+                )
     if as_json:
         click.echo(json.dumps(rows, indent=1))
-    t = Table(title=f"{graph.name} — budget {human_bytes(budget_bytes)}", title_justify="left")
+    caption = (
+        None if least is None else f"no schedule within the budget has an overhead below {100 * least:.2f}%"
+    )
+    t = Table(
+        title=f"{graph.name} — budget {human_bytes(budget_bytes)}", title_justify="left", caption=caption
+    )
     for col in ("solver", "status", "peak", "% of baseline", "overhead %", "recomputations", "seconds"):
         t.add_column(col, justify="left" if col in ("solver", "status") else "right")
     for r in rows:
         if "peak_memory" in r:
             t.add_row(
                 r["solver"],
-                r["status"],
+                r["status"] + (" (meets the bound)" if r.get("proven_optimal") else ""),
                 human_bytes(r["peak_memory"]),
                 f"{100 * r['peak_fraction']:.1f}",
                 f"{100 * r['overhead']:.2f}",

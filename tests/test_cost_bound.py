@@ -189,3 +189,18 @@ def test_solve_bound_keeps_stdout_json(tmp_path: Path) -> None:
     solver = json.loads(proc.stdout)["solver"]
     assert solver["lower_bound"] == pytest.approx(baseline(g).cost + 3)
     assert "cut bound" in solver["message"]
+
+
+def test_compare_bound_marks_the_optimal_rows(tmp_path: Path) -> None:
+    g = training_chain()
+    path = tmp_path / "chain.json"
+    path.write_text(g.to_json())
+    budget = str(baseline(g).peak_memory - 1)
+    proc = remat(
+        "compare", path, "--budget", budget, "--solvers", "checkmate,checkpoint-all", "--bound", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["solver"]: r for r in json.loads(proc.stdout)}
+    assert rows["checkmate"]["overhead_lower_bound"] == pytest.approx(3 / baseline(g).cost)
+    assert rows["checkmate"]["proven_optimal"] is True
+    assert not rows["checkpoint-all"].get("proven_optimal")  # keeps everything: over the budget

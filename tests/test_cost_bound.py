@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,26 @@ def budgets(g: Graph) -> list[int]:
     return sorted(set(range(lo, hi + 1, max(1, (hi - lo) // 6))))
 
 
+def two_output(g: Graph, seed: int) -> Graph:
+    """`g` with a second output on every third node, read by a later node (the bound's y is per
+    node, its x per value: a node run again makes both)."""
+    rng = random.Random(seed)
+    nodes = [n.model_copy(deep=True) for n in g.nodes]
+    values = list(g.values)
+    for k in range(1, len(nodes) - 1, 3):
+        extra = f"{nodes[k].outputs[0]}b"
+        values.append(Value(id=extra, size=rng.randint(1, 4)))
+        nodes[k].outputs.append(extra)
+        nodes[rng.randrange(k + 1, len(nodes))].inputs.append(extra)
+    return Graph(name=f"{g.name}m", values=values, nodes=nodes, outputs=g.outputs)
+
+
 def cases() -> list[Graph]:
-    return [tiny_graph(7, 300 + seed) for seed in range(16)] + [
-        tiny_graph(8, 400 + seed) for seed in range(4)
-    ]
+    return (
+        [tiny_graph(7, 300 + seed) for seed in range(16)]
+        + [tiny_graph(8, 400 + seed) for seed in range(4)]
+        + [two_output(tiny_graph(7, 500 + seed), seed) for seed in range(6)]
+    )
 
 
 @pytest.mark.parametrize("g", cases(), ids=lambda g: g.name)

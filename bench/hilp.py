@@ -185,7 +185,9 @@ def table() -> None:
         cols["best_known"] = min(known) if known else None
         # how far the best schedule can be from the optimum (0: proven optimal)
         bound = cols["best_bound"]
-        cols["gap_to_bound"] = None if bound is None or not known else round(cols["best_known"] - bound, 6)
+        gap = None if bound is None or not known else cols["best_known"] - bound
+        # the overheads here are rounded to 5 decimals, the bounds down to 6
+        cols["gap_to_bound"] = None if gap is None else round(max(gap, 0.0) if gap > -1e-5 else gap, 6)
 
         def fmt(v: object) -> str:
             return "-" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)

@@ -66,7 +66,7 @@ def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
         return row | {"status": f"infeasible (no schedule computes {cut.node} within the budget)"}
     row |= {
         # lower bound on the overhead of every schedule in any order
-        "best_bound": math.floor(cut.extra_cost / base.cost * 1e6) / 1e6 if base.cost > 0 else 0.0,
+        "best_bound": math.floor(cut.overhead(base.cost) * 1e6) / 1e6,  # rounded down: still a bound
         "bound_instant": cut.node,
         "bound_seconds": round(time.monotonic() - t0, 1),
     }

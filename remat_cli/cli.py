@@ -46,7 +46,7 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.commands.plan import plan as plan_command
-from remat_cli.cost_bound import CostBound, cost_lower_bound
+from remat_cli.cost_bound import CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.runner import with_cost_bound
@@ -186,8 +186,11 @@ def solve(
             exit=watchdog.exit_fast,
         )
     if bound and schedule.solver.status != "infeasible":
-        with native_stdout_to_stderr():  # HiGHS's own prints
-            schedule = with_cost_bound(graph, schedule, bound_time_limit)
+        try:
+            with native_stdout_to_stderr():  # HiGHS's own prints
+                schedule = with_cost_bound(graph, schedule, bound_time_limit)
+        except KeyboardInterrupt:  # the schedule found is still written, without the bound
+            click.echo("remat: note: --bound interrupted; the schedule is written without it", err=True)
     if not quiet:
         print_summary(schedule)
     if schedule.solver.status == "infeasible":
@@ -260,7 +263,7 @@ def info(
         bound = compute_bound(g, limit, bound_time_limit)
         facts["budget"] = limit
         facts["extra_cost_lower_bound"] = bound.extra_cost  # in cost_unit
-        facts["overhead_lower_bound"] = bound.extra_cost / base.cost if base.cost > 0 else 0.0
+        facts["overhead_lower_bound"] = bound.overhead(base.cost)
         facts["bound_instant"] = bound.node
     if as_json:
         click.echo(json.dumps(facts, indent=1))
@@ -339,11 +342,11 @@ def validate(
         if limit < peak_lower_bound(g):
             report["overhead_lower_bound"] = None  # no schedule fits: nothing to bound
         else:
-            extra = compute_bound(g, limit, bound_time_limit).extra_cost
-            report["overhead_lower_bound"] = extra / base.cost if base.cost > 0 else 0.0
-            report["proven_optimal"] = bool(report["within_budget"]) and report["cost"] <= (
-                base.cost + extra
-            ) * (1 + 1e-9)
+            cut = compute_bound(g, limit, bound_time_limit)
+            report["overhead_lower_bound"] = cut.overhead(base.cost)
+            report["proven_optimal"] = report["within_budget"] and meets(
+                report["cost"], base.cost + cut.extra_cost
+            )
     if report["valid"] and s.memory_plan is not None:
         try:
             pr = check_plan(g, s.steps, s.memory_plan)
@@ -532,14 +535,14 @@ def compare(
             r["peak_fraction"] = r["peak_memory"] / base.peak_memory
     least = None
     if bound and not graph.devices:
-        extra = compute_bound(graph, budget_bytes, bound_time_limit).extra_cost
-        least = extra / base.cost if base.cost > 0 else 0.0
+        cut = compute_bound(graph, budget_bytes, bound_time_limit)
+        least = cut.overhead(base.cost)
         for r in rows:
             r["overhead_lower_bound"] = least
             if "overhead" in r:
                 within = r["status"] in ("feasible", "optimal")
-                r["proven_optimal"] = within and base.cost * (1 + r["overhead"]) <= (base.cost + extra) * (
-                    1 + 1e-9
+                r["proven_optimal"] = within and meets(
+                    base.cost * (1 + r["overhead"]), base.cost + cut.extra_cost
                 )
     if as_json:
         click.echo(json.dumps(rows, indent=1))

@@ -50,6 +50,16 @@ class CostBound:
     node: str | None  # the instant that gave it (None: no instant forces any recomputation)
     instants: int  # ILPs solved
 
+    def overhead(self, baseline_cost: float) -> float:
+        """The bound as a fraction of the baseline's cost, the unit of a schedule's overhead."""
+        return self.extra_cost / baseline_cost if baseline_cost > 0 else 0.0
+
+
+def meets(cost: float, lower_bound: float) -> bool:
+    """Whether a schedule of total `cost` meets a lower bound on the total cost, i.e. is optimal
+    (a relative 1e-9 for the float sums of node costs)."""
+    return cost <= lower_bound * (1 + 1e-9)
+
 
 class _Instants:
     """The needed nodes' ancestor matrix and the ILP at any one of them."""

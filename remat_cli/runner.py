@@ -10,7 +10,7 @@ import math
 import time
 
 from remat_cli import registry
-from remat_cli.cost_bound import cost_lower_bound
+from remat_cli.cost_bound import cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import (
@@ -138,8 +138,8 @@ def with_cost_bound(graph: Graph, schedule: Schedule, seconds: float) -> Schedul
     lower = base + cut.extra_cost
     if info.lower_bound is not None and info.objective is not None and math.isclose(info.objective, cost):
         lower = max(lower, info.lower_bound)  # the solver's own bound, in the same unit
-    optimal = cost <= lower * (1 + 1e-9)
-    note = f"cut bound: overhead >= {cut.extra_cost / base:.4%}" if base > 0 else "cut bound: 0"
+    optimal = meets(cost, lower)
+    note = f"cut bound: overhead >= {cut.overhead(base):.4%}"
     return schedule.model_copy(
         update={
             "solver": info.model_copy(

@@ -26,6 +26,11 @@ FLAT_SHARE = 0.3
 #: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
 #: one worker), at most what fastsa left of it (and 1 s at least)
 FLAT_OTHER = 0.1
+#: with one worker (reproducible runs) that limit is at least this: moccasin stops on CP-SAT's
+#: deterministic time only while its wall clock has room (a 3-layer transformer at 50%, seed 3,
+#: six runs each: 0.8 s gave two different schedules, 2 s one), and the flat start it may win
+#: decides the H-ILP's result
+FLAT_OTHER_REPRODUCIBLE = 2.0
 
 
 def _names(p: dict[str, Any], key: str) -> list[str]:
@@ -85,6 +90,8 @@ class WholeGraph:
                     if name == "fastsa"
                     else min(FLAT_OTHER * self.limit, max(1.0, self.limit - self.elapsed()))
                 )
+                if self.deterministic and name != "fastsa":
+                    left = max(left, FLAT_OTHER_REPRODUCIBLE)
                 if name not in named:
                     left = min(5.0, left)
             # greedy with one worker (the deterministic mode) runs every strategy to its end

@@ -40,6 +40,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from remat_cli.graph import Graph
+from remat_cli.schedule import working_set
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,7 @@ class _Instants:
 
     def live_at(self, nid: str) -> int:
         """M_v: the bytes live at v's compute instant in every schedule."""
-        g, vm = self.graph, self.graph.value_map
-        n = g.node_map[nid]
-        ins = {v for v in n.inputs if not vm[v].resident}
-        return g.resident_bytes + sum(vm[v].size for v in ins | set(n.outputs)) + n.workspace
+        return self.graph.resident_bytes + working_set(self.graph, nid)
 
     def crossing_bytes(self) -> np.ndarray:
         """Per instant, the bytes of values made by an ancestor and read by a node not an ancestor

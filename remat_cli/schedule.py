@@ -341,18 +341,22 @@ def baseline(graph: Graph) -> SimResult:
     return simulate(graph, baseline_steps(graph))
 
 
+def working_set(graph: Graph, node: str) -> int:
+    """The bytes live while `node` runs in every schedule, resident ones aside: its inputs, its
+    outputs and its workspace."""
+    vm = graph.value_map
+    n = graph.node_map[node]
+    ins = {v for v in n.inputs if not vm[v].resident}
+    return sum(vm[v].size for v in ins | set(n.outputs)) + n.workspace
+
+
 def peak_lower_bound(graph: Graph) -> int:
     """A bound no schedule can go below: the resident bytes plus the larger of (a) all graph
     outputs, which are live together at the end, and (b) any needed node's working set."""
     vm = graph.value_map
-    resident = graph.resident_bytes
     outs = sum(vm[v].size for v in set(graph.outputs) if not vm[v].resident)
-    working = 0
-    for n_id in graph.needed_nodes:
-        n = graph.node_map[n_id]
-        ins = {v for v in n.inputs if not vm[v].resident}
-        working = max(working, sum(vm[v].size for v in ins | set(n.outputs)) + n.workspace)
-    return resident + max(outs, working)
+    working = max((working_set(graph, n_id) for n_id in graph.needed_nodes), default=0)
+    return graph.resident_bytes + max(outs, working)
 
 
 def simulate_devices(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False) -> SimResult:

@@ -124,6 +124,14 @@ def training_chain() -> Graph:
     return Graph(name="chain", values=values, nodes=nodes, outputs=["g1"])
 
 
+@pytest.fixture
+def chain_file(tmp_path: Path) -> Path:
+    """`training_chain()` as a remat-graph file, for the command-line tests."""
+    path = tmp_path / "chain.json"
+    path.write_text(training_chain().to_json())
+    return path
+
+
 def test_training_chain_pays_the_cheapest_forward() -> None:
     """With one byte fewer than the baseline's peak, some forward value is dropped before the loss
     and made again: the cheapest is a2 (cost 3, from a1, which is kept)."""
@@ -135,11 +143,9 @@ def test_training_chain_pays_the_cheapest_forward() -> None:
     assert cost_lower_bound(g, baseline(g).peak_memory).extra_cost == 0
 
 
-def test_info_reports_the_bound_a_solver_meets(tmp_path: Path) -> None:
+def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:
     """`remat info --budget` prints the bound as JSON on stdout; Checkmate's optimum meets it."""
-    g = training_chain()
-    path = tmp_path / "chain.json"
-    path.write_text(g.to_json())
+    g, path = training_chain(), chain_file
     budget = str(baseline(g).peak_memory - 1)
     proc = remat("info", path, "--budget", budget, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -154,12 +160,10 @@ def test_info_reports_the_bound_a_solver_meets(tmp_path: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""
 
 
-def test_validate_bound_tells_optimal_from_not(tmp_path: Path) -> None:
+def test_validate_bound_tells_optimal_from_not(chain_file: Path, tmp_path: Path) -> None:
     """`remat validate --bound`: Checkmate's schedule meets the bound (optimal); one that recomputes
     both f1 and f2 (8 units where 3 suffice) within the same budget does not."""
-    g = training_chain()
-    path = tmp_path / "chain.json"
-    path.write_text(g.to_json())
+    g, path = training_chain(), chain_file
     budget = baseline(g).peak_memory - 1
     optimal = tmp_path / "optimal.json"
     optimal.write_text(remat("solve", path, "--budget", str(budget), "--solver", "checkmate").stdout)
@@ -197,10 +201,8 @@ def test_with_cost_bound_proves_what_meets_it() -> None:
     assert worse.solver.gap == pytest.approx(5 / (base + 8))
 
 
-def test_solve_bound_keeps_stdout_json(tmp_path: Path) -> None:
-    g = training_chain()
-    path = tmp_path / "chain.json"
-    path.write_text(g.to_json())
+def test_solve_bound_keeps_stdout_json(chain_file: Path) -> None:
+    g, path = training_chain(), chain_file
     proc = remat("solve", path, "--budget", str(baseline(g).peak_memory - 1), "--solver", "greedy", "--bound")
     assert proc.returncode == 0, proc.stderr
     solver = json.loads(proc.stdout)["solver"]
@@ -208,10 +210,8 @@ def test_solve_bound_keeps_stdout_json(tmp_path: Path) -> None:
     assert "cut bound" in solver["message"]
 
 
-def test_compare_bound_marks_the_optimal_rows(tmp_path: Path) -> None:
-    g = training_chain()
-    path = tmp_path / "chain.json"
-    path.write_text(g.to_json())
+def test_compare_bound_marks_the_optimal_rows(chain_file: Path) -> None:
+    g, path = training_chain(), chain_file
     budget = str(baseline(g).peak_memory - 1)
     proc = remat(
         "compare", path, "--budget", budget, "--solvers", "checkmate,checkpoint-all", "--bound", "--json"

@@ -11,9 +11,9 @@ and ``upsample_nearest2d_backward`` into two MatMuls, ``empty_permuted`` into ``
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
-Parameters and data are graph inputs; the loss and every gradient are graph outputs. Local functions are inlined and every node gets a unique name
-(the importer uses ONNX node names as node ids). The export is checked against torch
-autograd on onnxruntime.
+Parameters and data are graph inputs; the loss and every gradient are graph outputs. Local
+functions are inlined and every node gets a unique name (the importer uses ONNX node names as
+node ids). The export is checked against torch autograd on onnxruntime.
 
 A spec is ``(model, (x, y), loss_fn)`` with ``loss = loss_fn(model(x), y)``; ``x`` may be a tuple
 of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y)``.

@@ -583,3 +583,21 @@ def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytes
     assert "started from greedy's schedule (stage 1 ended above the budget)" in (r.message or "")
     assert len(calls) == 1 and calls[0][0] is not None and calls[0][0] == calls[0][1]
     assert s is not None and simulate(g, s.steps).peak_memory <= budget
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7])
+def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
+    """fastsa declares ``warm_starts``: a schedule within budget given as the hint is where stage 2
+    starts when cheaper than stage 1's best, and a candidate of the result. Before, a first stage
+    that met the budget ignored the hint: here a short run ended 1-3% above it."""
+    g = G.transformer(layers=2, seed=4)
+    budget = int(fraction * baseline(g).peak_memory)
+    params = {"iterations": 500_000, "iterations2": 100_000}
+    hint, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
+    assert hint is not None and simulate(g, hint.steps).peak_memory <= budget
+    short = {"iterations": 20_000, "iterations2": 20_000, "greedy_start": False}
+    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=1, workers=1, hint=hint.steps, params=short))
+    assert sched is not None and "given hint" in (res.message or "")
+    sim = simulate(g, sched.steps)
+    assert sim.peak_memory <= budget
+    assert sim.cost <= simulate(g, hint.steps).cost * (1 + 1e-9)

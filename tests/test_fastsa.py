@@ -596,7 +596,9 @@ def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
     hint, _ = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, params=params))
     assert hint is not None and simulate(g, hint.steps).peak_memory <= budget
     short = {"iterations": 20_000, "iterations2": 20_000, "greedy_start": False}
-    sched, res = run_solver(g, budget, "fastsa", SolveOptions(seed=1, workers=1, hint=hint.steps, params=short))
+    sched, res = run_solver(
+        g, budget, "fastsa", SolveOptions(seed=1, workers=1, hint=hint.steps, params=short)
+    )
     assert sched is not None and "given hint" in (res.message or "")
     sim = simulate(g, sched.steps)
     assert sim.peak_memory <= budget

@@ -327,9 +327,8 @@ class FastSA(Solver):
             # took it from 10.62% to 8.62%)
             starts = [("the given hint", hint_order)]
             if p["greedy_start"]:
-                starts.append(
-                    ("greedy's schedule", _greedy_start(graph, nv, base_prob, budget, options, run, run.reserve))
-                )
+                g_order = _greedy_start(graph, nv, base_prob, budget, options, run, run.reserve)
+                starts.append(("greedy's schedule", g_order))
             f_order = _to_base(base_prob, expand(prob1, best1.feas.order))
             cheapest = _base_cost(graph, nv, base_prob, f_order)
             for src, order in starts:

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from remat_cli import generators as G
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.runner import run_solver
-from remat_cli.schedule import baseline, simulate, steps_from_sequence
+from remat_cli.schedule import Schedule, baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers.fastsa import kernel as K
+from remat_cli.solvers.fastsa.rounds import round_count
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -288,7 +289,7 @@ def test_greedy_start_gets_the_time_the_second_stage_leaves(monkeypatch: pytest.
     monkeypatch.setattr(Greedy, "solve", timed)
     g = G.transformer(layers=2, seed=4)
     budget = int(0.7 * baseline(g).peak_memory)
-    params = F.FastSA().defaults() | {"iterations": 20_000, "iterations2": 30_000}
+    params = F.FastSA().defaults() | {"iterations": 20_000, "iterations2": 30_000, "rounds": 1}
     outer = SolveOptions(time_limit=100.0, seed=0, workers=1, params=params)
     F.FastSA().solve(g, budget, outer)
     assert seen, "the second stage's greedy start ran"
@@ -578,7 +579,7 @@ def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytes
         return greedy_start(*args, **kwargs)
 
     monkeypatch.setattr(fastsa_solver, "_greedy_start", spy)
-    params = {"iterations": 400_000, "iterations2": 200_000}
+    params = {"iterations": 400_000, "iterations2": 200_000, "rounds": 1}
     s, r = run_solver(g, budget, "fastsa", SolveOptions(seed=0, workers=1, time_limit=600, params=params))
     assert "started from greedy's schedule (stage 1 ended above the budget)" in (r.message or "")
     assert len(calls) == 1 and calls[0][0] is not None and calls[0][0] == calls[0][1]
@@ -603,3 +604,27 @@ def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
     sim = simulate(g, sched.steps)
     assert sim.peak_memory <= budget
     assert sim.cost <= simulate(g, hint.steps).cost * (1 + 1e-9)
+
+
+def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
+    """A time limit holding three rounds' iterations at --rate runs three in sequence (seeds s,
+    s + 1000, s + 2000), each hinted with the cheapest schedule so far: the result is never above
+    any of the three seeds alone. A limit holding fewer than two whole rounds runs one, as before."""
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.5 * baseline(g).peak_memory)
+    params = {"iterations": 20_000, "iterations2": 20_000, "rate": 10_000.0, "greedy_start": False}
+
+    def solve(seed: int, limit: float) -> tuple[Schedule, str]:
+        sched, res = run_solver(g, budget, "fastsa", SolveOptions(limit, seed, workers=1, params=params))
+        assert sched is not None and simulate(g, sched.steps).peak_memory <= budget
+        return sched, res.message or ""
+
+    alone = [solve(s, 7.9) for s in (0, 1000, 2000)]  # 79,000 iterations: one round each
+    assert all("rounds" not in msg for _, msg in alone)
+    costs = [simulate(g, s.steps).cost for s, _ in alone]
+    assert len(set(costs)) > 1  # else keeping the cheapest is not checked
+    sched, msg = solve(0, 12.0)
+    assert "the cheapest of 3 rounds in sequence" in msg
+    assert simulate(g, sched.steps).cost <= min(costs) * (1 + 1e-9)
+    assert round_count(60.0, 3e5, 22_000_000, 0) == 1 and round_count(300.0, 3e5, 22_000_000, 0) == 4
+    assert round_count(None, 3e5, 22_000_000, 0) == 1 and round_count(5.0, 3e5, 22_000_000, 2) == 2

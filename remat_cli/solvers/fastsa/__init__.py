@@ -66,6 +66,11 @@ Chains (a deviation, :mod:`remat_cli.solvers.fastsa.chains`): with more than one
 chain per worker runs side by side, chain k with seed + k and the whole iteration budget, and the
 cheapest schedule is kept (``chains``; one worker: the single chain of the paper). The result then
 depends on the seed and the worker count.
+
+Rounds (a deviation, :mod:`remat_cli.solvers.fastsa.rounds`): a time limit whose iteration budget
+holds several rounds of ``iterations`` + ``iterations2`` runs them in sequence, each with the
+cheapest schedule so far as its hint (the second stage starts from a hint cheaper than the first
+stage's best, and the hint is always a candidate of the result).
 """
 
 from remat_cli.solvers.fastsa.problem import CHUNK, Problem, State, expand, group_nodes, original_problem

@@ -61,7 +61,7 @@ def run_chains(chain: Chain, graph: Graph, budget: int, options: SolveOptions, k
                 proc.terminate()
             proc.join()
             recv.close()
-    return _cheapest(graph, budget, options, results)
+    return cheapest(graph, budget, options, results, "chains side by side", 1)
 
 
 def _child(send: Any, chain: Chain, opts: SolveOptions) -> None:
@@ -73,9 +73,16 @@ def _child(send: Any, chain: Chain, opts: SolveOptions) -> None:
         send.close()
 
 
-def _cheapest(
-    graph: Graph, budget: int, options: SolveOptions, results: list[SolverResult | None]
+def cheapest(
+    graph: Graph,
+    budget: int,
+    options: SolveOptions,
+    results: list[SolverResult | None],
+    how: str,
+    seed_step: int,
 ) -> SolverResult:
+    """The result the simulator finds within budget at least cost, else at the lowest peak (ties:
+    the first); result j ran with seed + `seed_step`·j, and the message says which won."""
     best: tuple[tuple[int, float], int] | None = None
     for j, r in enumerate(results):
         if r is None or not r.steps:
@@ -93,9 +100,10 @@ def _cheapest(
     chosen = results[j]
     assert chosen is not None
     ran = sum(r is not None for r in results)
+    last = options.seed + seed_step * (len(results) - 1)
     chosen.message = (
-        f"{chosen.message}; the cheapest of {ran} chains side by side (seeds {options.seed}-"
-        f"{options.seed + len(results) - 1}): seed {options.seed + j}"
+        f"{chosen.message}; the cheapest of {ran} {how} (seeds {options.seed}-{last}): "
+        f"seed {options.seed + seed_step * j}"
     )
     if j:
         options.incumbent(chosen.steps or [])

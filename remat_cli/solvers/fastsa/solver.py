@@ -28,6 +28,7 @@ from remat_cli.solvers.fastsa.problem import (
     group_nodes,
     original_problem,
 )
+from remat_cli.solvers.fastsa.rounds import round_count, run_rounds
 from remat_cli.solvers.greedy import evict_in_order
 
 #: slope above the budget of the footnote-2 objective in the stage after a rescue (see solve)
@@ -189,6 +190,16 @@ class FastSA(Solver):
             high=64,
         ),
         Param(
+            "rounds",
+            int,
+            0,
+            "rounds of both stages in sequence, round k with seed + 1000k and the cheapest schedule "
+            "so far as its hint (0: as many whole rounds of --iterations + --iterations2 as the time "
+            "limit holds at --rate, at most 8; one without a limit)",
+            low=0,
+            high=1000,
+        ),
+        Param(
             "patience",
             int,
             2_000_000,
@@ -221,8 +232,17 @@ class FastSA(Solver):
         _warm_up()
         k = int((self.defaults() | options.params)["chains"]) or min(options.workers, AUTO_CHAINS)
         if k > 1 and can_fork():
-            return run_chains(functools.partial(self._chain, graph, budget), graph, budget, options, k)
-        return self._chain(graph, budget, options)
+            return run_chains(functools.partial(self._rounds, graph, budget), graph, budget, options, k)
+        return self._rounds(graph, budget, options)
+
+    def _rounds(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        """One chain, in as many rounds as its work limit holds (see rounds.py)."""
+        p = self.defaults() | options.params
+        per_round = int(p["iterations"]) + int(p["iterations2"])
+        r = round_count(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]))
+        if r == 1:
+            return self._chain(graph, budget, options)
+        return run_rounds(functools.partial(self._chain, graph, budget), graph, budget, options, r)
 
     def _chain(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         """One annealing chain: the two stages of App. D.4 with their rescue and polish."""

@@ -17,7 +17,7 @@ from remat_cli.schedule import Schedule, baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers.fastsa import kernel as K
-from remat_cli.solvers.fastsa.rounds import round_count
+from remat_cli.solvers.fastsa.rounds import round_plan
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -609,7 +609,8 @@ def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
 def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
     """A time limit holding three rounds' iterations at --rate runs three in sequence (seeds s,
     s + 1000, s + 2000), each hinted with the cheapest schedule so far: the result is never above
-    any of the three seeds alone. A limit holding fewer than two whole rounds runs one, as before."""
+    any of the three seeds alone. A limit holding less than a whole round and a quarter runs one,
+    as before rounds."""
     g = G.transformer(layers=2, seed=4)
     budget = int(0.5 * baseline(g).peak_memory)
     params = {"iterations": 20_000, "iterations2": 20_000, "rate": 10_000.0, "greedy_start": False}
@@ -619,12 +620,19 @@ def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
         assert sched is not None and simulate(g, sched.steps).peak_memory <= budget
         return sched, res.message or ""
 
-    alone = [solve(s, 7.9) for s in (0, 1000, 2000)]  # 79,000 iterations: one round each
+    alone = [solve(s, 4.9) for s in (0, 1000, 2000)]  # 49,000 iterations: one round each
     assert all("rounds" not in msg for _, msg in alone)
     costs = [simulate(g, s.steps).cost for s, _ in alone]
     assert len(set(costs)) > 1  # else keeping the cheapest is not checked
     sched, msg = solve(0, 12.0)
     assert "the cheapest of 3 rounds in sequence" in msg
     assert simulate(g, sched.steps).cost <= min(costs) * (1 + 1e-9)
-    assert round_count(60.0, 3e5, 22_000_000, 0) == 1 and round_count(300.0, 3e5, 22_000_000, 0) == 4
-    assert round_count(None, 3e5, 22_000_000, 0) == 1 and round_count(5.0, 3e5, 22_000_000, 2) == 2
+    whole = 22_000_000 / 3e5
+    assert round_plan(60.0, 3e5, 22_000_000, 0) == [60.0]  # below one round: scaled down
+    assert round_plan(300.0, 3e5, 22_000_000, 0) == pytest.approx([whole] * 4)  # 6.7 s left over
+    assert round_plan(120.0, 3e5, 22_000_000, 0) == pytest.approx([whole, 120.0 - whole])
+    assert round_plan(1e6, 3e5, 22_000_000, 0) == pytest.approx([whole] * 8)
+    assert round_plan(None, 3e5, 22_000_000, 0) == [None] and round_plan(5.0, 3e5, 22_000_000, 2) == [
+        2.5,
+        2.5,
+    ]

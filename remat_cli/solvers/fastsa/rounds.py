@@ -29,21 +29,34 @@ SEED_STEP = 1000
 #: most rounds a time limit gives (``--rounds`` may ask for more): a limit of hours, or a few
 #: --iterations under a long limit, would otherwise give hundreds of rounds of seconds each
 MAX_ROUNDS = 8
+#: the least share of a whole round that the rest of a time limit runs as one more round
+MIN_PARTIAL = 0.25
 
 
-def round_count(work_limit: float | None, rate: float, per_round: int, asked: int) -> int:
-    """How many rounds run: ``asked`` when positive, else as many whole rounds of ``per_round``
-    iterations as the work limit holds at ``rate``, at most MAX_ROUNDS (one without a limit)."""
+def round_plan(work_limit: float | None, rate: float, per_round: int, asked: int) -> list[float | None]:
+    """Each round's work limit (seconds at ``rate``; None: no limit). ``asked`` > 0: that many
+    equal rounds. Else as many whole rounds of ``per_round`` iterations as the work limit holds,
+    at most MAX_ROUNDS, and what is left over as one shorter round when it is at least
+    ``MIN_PARTIAL`` of a whole one (120 s at the default rate: a whole round and 14M iterations);
+    a limit below one whole round is one round, scaled down as before rounds."""
     if asked > 0:
-        return asked
+        return [None if work_limit is None else work_limit / asked] * asked
     if work_limit is None or per_round <= 0:
-        return 1
-    return max(1, min(MAX_ROUNDS, int(work_limit * rate) // per_round))
+        return [work_limit]
+    whole = per_round / rate
+    k = min(MAX_ROUNDS, int(work_limit // whole))
+    if k == 0:
+        return [work_limit]
+    rest = work_limit - k * whole
+    return [whole] * k + ([rest] if k < MAX_ROUNDS and rest >= MIN_PARTIAL * whole else [])
 
 
-def run_rounds(chain: Chain, graph: Graph, budget: int, options: SolveOptions, rounds: int) -> SolverResult:
-    """`chain` run `rounds` times in sequence, each with an equal share of the time left and the
-    cheapest schedule within budget so far as its hint; the cheapest result is kept."""
+def run_rounds(
+    chain: Chain, graph: Graph, budget: int, options: SolveOptions, plan: list[float | None]
+) -> SolverResult:
+    """`chain` run once per round of `plan` in sequence, each with the cheapest schedule within
+    budget so far as its hint and a share of the time left in proportion to its work; the
+    cheapest result is kept."""
     best: list[float] = [float("inf")]
 
     def report(steps: list[Step]) -> None:
@@ -55,18 +68,20 @@ def run_rounds(chain: Chain, graph: Graph, budget: int, options: SolveOptions, r
 
     results: list[SolverResult | None] = []
     hint = options.hint
-    work = options.work_limit()
-    for k in range(rounds):
+    for k, work in enumerate(plan):
         left = options.remaining()
         if left is not None and left <= 0.0:
             break
-        window = None if left is None else left / (rounds - k)
+        ahead = [w or 0.0 for w in plan[k:]]
+        window = (
+            None if left is None else left * ((work or 0.0) / sum(ahead) if sum(ahead) else 1.0 / len(ahead))
+        )
         opts = replace(
             options,
             seed=options.seed + SEED_STEP * k,
             hint=hint,
             time_limit=window,
-            nominal_limit=None if work is None else work / rounds,
+            nominal_limit=work,
             started=time.monotonic(),
             on_incumbent=report,
         )

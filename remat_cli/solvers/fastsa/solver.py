@@ -28,7 +28,7 @@ from remat_cli.solvers.fastsa.problem import (
     group_nodes,
     original_problem,
 )
-from remat_cli.solvers.fastsa.rounds import round_count, run_rounds
+from remat_cli.solvers.fastsa.rounds import round_plan, run_rounds
 from remat_cli.solvers.greedy import evict_in_order
 
 #: slope above the budget of the footnote-2 objective in the stage after a rescue (see solve)
@@ -195,7 +195,8 @@ class FastSA(Solver):
             0,
             "rounds of both stages in sequence, round k with seed + 1000k and the cheapest schedule "
             "so far as its hint (0: as many whole rounds of --iterations + --iterations2 as the time "
-            "limit holds at --rate, at most 8; one without a limit)",
+            "limit holds at --rate, at most 8, and the rest as a shorter one when at least a quarter "
+            "of a round; one without a limit)",
             low=0,
             high=1000,
         ),
@@ -239,10 +240,10 @@ class FastSA(Solver):
         """One chain, in as many rounds as its work limit holds (see rounds.py)."""
         p = self.defaults() | options.params
         per_round = int(p["iterations"]) + int(p["iterations2"])
-        r = round_count(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]))
-        if r == 1:
+        plan = round_plan(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]))
+        if len(plan) == 1:
             return self._chain(graph, budget, options)
-        return run_rounds(functools.partial(self._chain, graph, budget), graph, budget, options, r)
+        return run_rounds(functools.partial(self._chain, graph, budget), graph, budget, options, plan)
 
     def _chain(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
         """One annealing chain: the two stages of App. D.4 with their rescue and polish."""

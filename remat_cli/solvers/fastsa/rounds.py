@@ -68,14 +68,16 @@ def run_rounds(
 
     results: list[SolverResult | None] = []
     hint = options.hint
+    hint_sim = None if hint is None else simulate(graph, hint)
+    hint_cost = hint_sim.cost if hint_sim is not None and hint_sim.peak_memory <= budget else float("inf")
     for k, work in enumerate(plan):
         left = options.remaining()
         if left is not None and left <= 0.0:
             break
-        ahead = [w or 0.0 for w in plan[k:]]
-        window = (
-            None if left is None else left * ((work or 0.0) / sum(ahead) if sum(ahead) else 1.0 / len(ahead))
-        )
+        window = None
+        if left is not None:
+            ahead = sum(w or 0.0 for w in plan[k:])
+            window = left * (work or 0.0) / ahead if ahead > 0 else left / (len(plan) - k)
         opts = replace(
             options,
             seed=options.seed + SEED_STEP * k,
@@ -87,7 +89,7 @@ def run_rounds(
         )
         res = chain(opts)
         results.append(res)
-        if res.steps and simulate(graph, res.steps).peak_memory <= budget:
-            if hint is None or simulate(graph, res.steps).cost < simulate(graph, hint).cost:
-                hint = res.steps
+        sim = simulate(graph, res.steps) if res.steps else None
+        if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:
+            hint, hint_cost = res.steps, sim.cost
     return cheapest(graph, budget, options, results, "rounds in sequence", SEED_STEP)

@@ -332,8 +332,9 @@ class FastSA(Solver):
             # (resnet18_b32 at 50%, 60 s: stage 1 ended above the budget at 49 s, and the rescue
             # and stage 2 at n2 each outran the limit with nothing; with 120 s it met the budget)
             n3, before = n2 // 2, run.iterations
-            order2_base, rescued = _rescue(graph, nv, base_prob, prob1, best1, state1, budget, options,
-                                           run, n3, 1.0 - 0.5 * (1.0 - share1), float(p["final_temperature"]))  # fmt: skip
+            order2_base, rescued = _rescue(graph, nv, base_prob, prob1, best1, state1, budget, options, run,
+                                           hint_order, n3, 1.0 - 0.5 * (1.0 - share1),
+                                           float(p["final_temperature"]))  # fmt: skip
             n2 -= run.iterations - before
             if order2_base is not None:
                 run.over = max(run.over, RESCUE_OVER)
@@ -382,7 +383,7 @@ class FastSA(Solver):
         if hint_order is not None:
             # the hint itself, unpolished: a hinted run never ends above it (``warm_starts``)
             polished.append(expand(base_prob, np.array(hint_order, dtype=np.int64)))
-        if rescued:
+        if rescued and order2_base is not hint_order:
             # the stage-2 start itself, unpolished (greedy's or the hint's schedule, within the
             # budget to the simulator): the kernel folds a node's outputs into one block and may
             # see it above the budget, so neither stage 2 nor polish (which may then raise the
@@ -477,13 +478,13 @@ def _as_start(
 
 
 def _rescue(graph: Graph, nv: NodeView, base_prob: Problem, prob1: Problem, best1: StageBest, state1: State,
-            budget: int, options: SolveOptions, run: _Run, n3: int, share: float,
-            final_t: float) -> tuple[list[int] | None, str]:  # fmt: skip
-    """A start within budget for the second stage (base-problem indices) and what gave it; the
-    peak-alone annealing, last, runs `n3` iterations."""
-    found = _as_start(graph, nv, base_prob, budget, options.hint)
-    if found is not None:
-        return found, "; stage 2 started from the given hint (stage 1 ended above the budget)"
+            budget: int, options: SolveOptions, run: _Run, hint_order: list[int] | None, n3: int,
+            share: float, final_t: float) -> tuple[list[int] | None, str]:  # fmt: skip
+    """A start within budget for the second stage (base-problem indices) and what gave it: the
+    hint's (`hint_order`, decoded by the caller), else greedy's, else the peak-alone annealing's,
+    which runs `n3` iterations."""
+    if hint_order is not None:
+        return hint_order, "; stage 2 started from the given hint (stage 1 ended above the budget)"
     if options.params.get("greedy_start", True):
         # the peak-alone annealing after it runs the soft peak, up to 3 times slower
         found = run.fallback

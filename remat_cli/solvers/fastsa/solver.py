@@ -28,7 +28,7 @@ from remat_cli.solvers.fastsa.problem import (
     group_nodes,
     original_problem,
 )
-from remat_cli.solvers.fastsa.rounds import round_plan, run_rounds
+from remat_cli.solvers.fastsa.rounds import round_plan, run_rounds, short_round
 from remat_cli.solvers.greedy import evict_in_order
 
 #: slope above the budget of the footnote-2 objective in the stage after a rescue (see solve)
@@ -194,9 +194,9 @@ class FastSA(Solver):
             int,
             0,
             "rounds of both stages in sequence, round k with seed + 1000k and the cheapest schedule "
-            "so far as its hint (0: as many whole rounds of --iterations + --iterations2 as the time "
-            "limit holds at --rate, at most 8, and the rest as a shorter one when at least a quarter "
-            "of a round; one without a limit)",
+            "so far as its hint (0: one whole round of --iterations + --iterations2, then shorter "
+            "ones while the time limit holds them at --rate (the operators / 1,500 of a round, at "
+            "least a quarter), at most 16 rounds in all; one without a limit)",
             low=0,
             high=1000,
         ),
@@ -240,7 +240,8 @@ class FastSA(Solver):
         """One chain, in as many rounds as its work limit holds (see rounds.py)."""
         p = self.defaults() | options.params
         per_round = int(p["iterations"]) + int(p["iterations2"])
-        plan = round_plan(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]))
+        short = short_round(per_round, len(graph.needed_nodes))
+        plan = round_plan(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]), short)
         if len(plan) == 1:
             return self._chain(graph, budget, options)
         return run_rounds(functools.partial(self._chain, graph, budget), graph, budget, options, plan)

@@ -18,6 +18,7 @@ from remat_cli.graph import Graph, Node, Value
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import MemoryPlan, steps_from_sequence
+from remat_cli.solvers.model import bound
 from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
@@ -100,6 +101,21 @@ def test_a_pair_of_cuts_sees_branches_that_defer_each_other() -> None:
     s, _ = solve(g, order_only=True)
     assert s is not None and s.solver.status == "optimal"
     assert s.solver.objective == s.solver.lower_bound == best + g.resident_bytes
+
+
+def test_the_anchors_find_a_pair_outside_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one candidate of each kind (the largest cut a2, and a1 as the incumbent's peak, which
+    depend on each other) no pair is tried among them; the anchors (the largest cuts) paired with
+    every operator still find the two branches' 20, and without them the bound stays at 15."""
+    monkeypatch.setattr(bound, "PAIR_CANDIDATES", 1)
+    g = two_branches()
+    p = Problem(g)
+    net = CutNetwork(p)
+    cuts = np.array([net.cut(v) for v in range(len(p))])
+    live = np.zeros(len(p), dtype=np.int64)  # argmax: a1
+    assert bound.pair_bound(net, cuts, live, int(cuts.max()), 10**9) == 20
+    monkeypatch.setattr(bound, "ANCHORS", 0)
+    assert bound.pair_bound(net, cuts, live, int(cuts.max()), 10**9) == 15
 
 
 def training_chain(layers: int, act: int = 100, mask: int = 10, copy: int = 40) -> Graph:

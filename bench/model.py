@@ -16,11 +16,17 @@ resident bytes); with --engine-limit > 0, the address engines with the program o
 
 Writes bench/results/model.json (--name to change). The summary's median and worst solve times
 are over the graphs of at most 1,000 operators; larger ones are listed apart.
+
+    python3 bench/model.py --merge-from bench/results/model_pairs.json
+
+solves nothing: the rows of that run replace those of the same graphs in model.json (each keeps
+its run's command and date under "run") and the summary is recomputed over all rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -68,7 +74,11 @@ def main() -> None:
     ap.add_argument("--no-session", action="store_true", help="skip onnxruntime's own measurement")
     ap.add_argument("--graphs", nargs="*", help="ONNX files instead of graphs/torch_*_train.onnx")
     ap.add_argument("--name", default="model", help="results file bench/results/NAME.json")
+    ap.add_argument("--merge-from", type=Path, help="instead: merge that run's rows into NAME.json")
     args = ap.parse_args()
+    if args.merge_from:
+        merge(args.merge_from, args.name)
+        return
     rows = []
     files = (
         [Path(f) for f in args.graphs]
@@ -163,17 +173,24 @@ def main() -> None:
             f"match {row['arena_outputs_match']} ort {row.get('ort_session_peak', '-')}",
             flush=True,
         )
-    small = [r["model_seconds"] for r in rows if r["ops"] <= 1000]
-    reduction = {
-        b: statistics.mean(r["order_only_vs_program"] for r in rows if r["batch"] == b)
-        for b in dict.fromkeys(r["batch"] for r in rows)
-    }
     write_results(
         args.name,
         rows,
         machine_note=args.machine_note,
         time_limit=args.time_limit,
         large_time_limit=args.large_time_limit,
+        **summary(rows),
+    )
+
+
+def summary(rows: list[dict]) -> dict:
+    """The record's summary fields, over `rows`."""
+    small = [r["model_seconds"] for r in rows if r["ops"] <= 1000]
+    reduction = {
+        b: statistics.mean(r["order_only_vs_program"] for r in rows if r["batch"] == b)
+        for b in dict.fromkeys(r["batch"] for r in rows)
+    }
+    return dict(
         median_model_seconds=statistics.median(small) if small else None,
         worst_model_seconds=max(small) if small else None,
         large_graphs_model_seconds={r["graph"]: r["model_seconds"] for r in rows if r["ops"] > 1000},
@@ -181,6 +198,23 @@ def main() -> None:
         order_only_reduction_mean_by_batch=reduction,
         paper_reorder_alone_mean=PAPER_REORDER_MEAN,
     )
+
+
+def merge(source: Path, name: str) -> None:
+    """The rows of the run in `source` in place of those of the same graphs in NAME.json; every
+    row keeps the command, date and machine note of the run it comes from."""
+    path = ROOT / "bench" / "results" / f"{name}.json"
+    record, fresh = json.loads(path.read_text()), json.loads(source.read_text())
+
+    def run(rec: dict) -> dict:
+        return {k: rec.get(k) for k in ("command", "date", "machine_note", "time_limit", "large_time_limit")}
+
+    new = {r["graph"]: r | {"run": run(fresh)} for r in fresh["rows"]}
+    rows = [new.pop(r["graph"], None) or r | {"run": r.get("run") or run(record)} for r in record["rows"]]
+    rows += list(new.values())
+    record |= summary(rows) | {"merged_from": str(source.resolve().relative_to(ROOT)), "rows": rows}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"merged {len(fresh['rows'])} rows of {source} into {path}")
 
 
 if __name__ == "__main__":

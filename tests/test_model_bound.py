@@ -22,7 +22,7 @@ from remat_cli.solvers.model import bound
 from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
-from remat_cli.solvers.model.ordering import cut_descent, improve_order
+from remat_cli.solvers.model.ordering import cut_descent, improve_order, pair_move
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 
@@ -101,6 +101,22 @@ def test_a_pair_of_cuts_sees_branches_that_defer_each_other() -> None:
     s, _ = solve(g, order_only=True)
     assert s is not None and s.solver.status == "optimal"
     assert s.solver.objective == s.solver.lower_bound == best + g.resident_bytes
+
+
+def test_the_best_pairs_order_reaches_the_pair_bound() -> None:
+    """From the interleaved order (both temporaries live at once: 25) the pair the bound reports
+    gives the order that finishes one branch first (20, the optimum), without hill climbing."""
+    g = two_branches()
+    p = Problem(g)
+    interleaved = [p.index[n] for n in ("a1", "b1", "a2", "b2", "join")]
+    assert p.peak(interleaved) == 25
+    pair: list[int] = []
+    assert cut_bound(p, interleaved, None, pair) == 20
+    assert sorted(p.ops[i] for i in pair) == ["a2", "b2"]
+    moved = pair_move(p, interleaved, pair[0], pair[1], deadline=0.0)
+    assert p.peak(moved) == 20
+    pos = {i: k for k, i in enumerate(moved)}
+    assert all(pos[q] < pos[i] for i in moved for q in p.preds[i])
 
 
 def test_the_anchors_find_a_pair_outside_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:

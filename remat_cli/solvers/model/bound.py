@@ -135,18 +135,21 @@ class CutNetwork:
             raise RuntimeError("the minimum cut of the order bound failed")
         return int(flow.optimal_flow()) + int(self.sizes[own].sum())
 
-    def closure(self, v: int) -> set[int]:
-        """The operators run before v in an order that reaches `cut(v)` at v."""
-        self.cut(v)
+    def closure(self, v: int, before: int = 0, after: int = 0) -> set[int]:
+        """The operators run before v in an order that reaches `cut(v, before, after)` at v."""
+        self.cut(v, before, after)
         return {u for u in self.flow.get_source_side_min_cut() if u < self.n and u != v}
 
 
-def cut_bound(p: Problem, order: list[int], deadline: float | None = None) -> int:
+def cut_bound(
+    p: Problem, order: list[int], deadline: float | None = None, pair: list[int] | None = None
+) -> int:
     """The largest of the three bounds of the module docstring (the cut at each operator, the
     peeling over the operators without successors, the pairs of cuts); `order` is any valid
     order (the incumbent): nothing above its peak can be proven, and its live bytes pick the
     pairs. Stops at `deadline` (time.monotonic()) with the best bound so far, which is still a
-    bound."""
+    bound. `pair`, when given, receives the pair that set the bound, the one to run first first
+    (empty where no pair raised it)."""
     if len(p) == 0:
         return 0
     net = CutNetwork(p)
@@ -158,16 +161,23 @@ def cut_bound(p: Problem, order: list[int], deadline: float | None = None) -> in
             return int(cuts.max())
         cuts[v] = net.cut(v)
     best = max(int(cuts.max()), last_of_bound(p, net, peak, deadline))
-    return max(best, pair_bound(net, cuts, ub, best, peak, deadline))
+    return max(best, pair_bound(net, cuts, ub, best, peak, deadline, pair))
 
 
 def pair_bound(
-    net: CutNetwork, cuts: np.ndarray, live: np.ndarray, best: int, peak: int, deadline: float | None = None
+    net: CutNetwork,
+    cuts: np.ndarray,
+    live: np.ndarray,
+    best: int,
+    peak: int,
+    deadline: float | None = None,
+    found: list[int] | None = None,
 ) -> int:
     """The pair bound of the module docstring: over the pairs of the operators with the largest
     `cuts` and the largest incumbent `live` bytes, then over every pair of an anchor (the
     ``ANCHORS`` largest cuts, the incumbent's peak and the operators of the best pair so far) with
-    any operator. Returns `best` where no pair exceeds it; stops at `peak` or `deadline`."""
+    any operator. Returns `best` where no pair exceeds it; stops at `peak` or `deadline`. `found`
+    receives the best pair, the one that runs first in its cheaper order first."""
     n = len(cuts)
     k = PAIR_CANDIDATES
     ops = sorted(
@@ -175,7 +185,7 @@ def pair_bound(
         | set(np.argsort(-live, kind="stable")[:k].tolist())
     )
     up, after = net.up, net.from_
-    found: list[int] = []
+    found = [] if found is None else found
 
     def pair(u: int, v: int) -> bool:
         nonlocal best
@@ -188,7 +198,7 @@ def pair_bound(
         if min(first_u, first_v) <= best:
             return False
         best = min(first_u, first_v)
-        found[:] = [u, v]
+        found[:] = [u, v] if first_u <= first_v else [v, u]
         return True
 
     def over() -> bool:

@@ -153,6 +153,25 @@ def cut_descent(p: Problem, order: list[int], bound: int, deadline: float, patie
     return best
 
 
+def pair_move(p: Problem, order: list[int], first: int, second: int, deadline: float) -> list[int]:
+    """The order the pair bound (`bound.pair_bound`) points at (not in the paper): `first` with
+    the closure of its minimum cut given that `second` has not run, then `second` with the
+    closure of its cut given that all of that has, then the rest, each part in `order`'s relative
+    order; hill-climbed. On the exported ResNet-18 step (batch 32) the best pair's order peaks at
+    168,879,660 B, 0.009% above the bound, where the cut descent and CP-SAT had stopped at
+    169,403,948 B."""
+    net = CutNetwork(p)
+    runs_first = net.closure(first, after=net.from_[second]) | {first}
+    mask = 0
+    for i in runs_first:
+        mask |= net.up[i]
+    then = net.closure(second, before=mask) | {second} | runs_first
+    moved = [i for i in order if i in runs_first]
+    moved += [i for i in order if i in then and i not in runs_first]
+    moved += [i for i in order if i not in then]
+    return improve_order(p, moved, deadline)
+
+
 def hint_order(m: cp_model.CpModel, v: OrderVars, order: list[int]) -> None:
     for s, i in enumerate(order):
         m.add_hint(v.pos[i], s)

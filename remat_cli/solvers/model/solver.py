@@ -65,7 +65,14 @@ from remat_cli.solvers.model.addresses import ENGINES, place, repack
 from remat_cli.solvers.model.bound import cut_bound
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
-from remat_cli.solvers.model.ordering import cut_descent, greedy_order, improve_order, solve_order
+from remat_cli.solvers.model.ordering import (
+    OrderResult,
+    cut_descent,
+    greedy_order,
+    improve_order,
+    pair_move,
+    solve_order,
+)
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 DEFAULT_TIME_LIMIT = 60.0
@@ -168,7 +175,9 @@ class Model(Solver):
 
         if prm["order_only"]:
             start, floor = self._order_start(p, options, floor, deadline)
-            r = solve_order(p, start, left(), workers, seed, floor, gap, order_stall)
+            r = self._rebound(
+                p, solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall), deadline
+            )
             steps = self._steps(p, r.order)
             return result(
                 steps,
@@ -203,6 +212,7 @@ class Model(Solver):
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
+        r = self._rebound(p, r, time.monotonic() + left(0.1))
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None
@@ -333,8 +343,23 @@ class Model(Solver):
             return now + max(0.0, deadline - now) * share
 
         start = improve_order(p, cls._start(p, options), until(0.15))
-        floor = max(floor, cut_bound(p, start, deadline))
+        pair: list[int] = []
+        floor = max(floor, cut_bound(p, start, deadline, pair))
+        if pair:
+            moved = pair_move(p, start, pair[0], pair[1], until(0.1))
+            if p.peak(moved) < p.peak(start):
+                start = moved
         return cut_descent(p, start, floor, until(0.25)), floor
+
+    @staticmethod
+    def _rebound(p: Problem, r: OrderResult, deadline: float) -> OrderResult:
+        """The bound again from the order found, where a gap is left: the pair bound's candidates
+        are its operators of the largest live bytes (ResNet-50 b32: 831.7 MB from the start
+        order, 833.8 MB from the order found, 10 KB below its peak)."""
+        if r.optimal or r.peak <= r.bound:
+            return r
+        bound = max(r.bound, cut_bound(p, r.order, deadline))
+        return OrderResult(r.order, r.peak, bound, r.peak <= bound)
 
     @staticmethod
     def _start(p: Problem, options: SolveOptions) -> list[int]:

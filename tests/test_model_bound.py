@@ -22,7 +22,7 @@ from remat_cli.solvers.model import bound
 from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
-from remat_cli.solvers.model.ordering import cut_descent, improve_order, pair_move
+from remat_cli.solvers.model.ordering import cut_descent, improve_order, pair_descent, pair_move
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 
@@ -117,6 +117,18 @@ def test_the_best_pairs_order_reaches_the_pair_bound() -> None:
     assert p.peak(moved) == 20
     pos = {i: k for k, i in enumerate(moved)}
     assert all(pos[q] < pos[i] for i in moved for q in p.preds[i])
+
+
+def test_pair_descent_pairs_the_peak_with_the_bounds_operators() -> None:
+    """The interleaved order peaks at a2 (25); paired with b2 (the bound's other operator), the
+    move finishes one branch first: 20, the bound, reached from a peak outside the given pair."""
+    g = two_branches()
+    p = Problem(g)
+    interleaved = [p.index[n] for n in ("a1", "b1", "a2", "b2", "join")]
+    assert int(np.argmax(live_profile(p, interleaved))) == p.index["a2"]
+    got = pair_descent(p, interleaved, [p.index["b2"]], 20, time.monotonic() + 10)
+    assert p.peak(got) == 20
+    assert pair_descent(p, interleaved, [p.index["a2"]], 20, time.monotonic() + 10) == interleaved
 
 
 def test_the_anchors_find_a_pair_outside_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:

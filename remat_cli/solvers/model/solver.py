@@ -70,6 +70,7 @@ from remat_cli.solvers.model.ordering import (
     cut_descent,
     greedy_order,
     improve_order,
+    pair_descent,
     pair_move,
     solve_order,
 )
@@ -349,7 +350,8 @@ class Model(Solver):
             moved = pair_move(p, start, pair[0], pair[1], until(0.1))
             if p.peak(moved) < p.peak(start):
                 start = moved
-        return cut_descent(p, start, floor, until(0.25)), floor
+        order = cut_descent(p, start, floor, until(0.25))
+        return (pair_descent(p, order, pair, floor, until(0.1)) if pair else order), floor
 
     @staticmethod
     def _rebound(p: Problem, r: OrderResult, deadline: float) -> OrderResult:

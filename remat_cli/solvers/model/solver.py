@@ -14,8 +14,8 @@ recomputation, in three stages sharing the time limit:
    it (`ordering.pair_move`, `ordering.pair_descent`: the exported ResNet-18 step, batch 32).
 1. §5.5 reordering alone (`ordering.py`): CP-SAT minimises the fragmentation-free peak from the
    warm start; its proven bound (or the minimum-cut bound of `bound.py`, a strengthening of
-   eq. 12's forced preservation, when larger, taken again from the order found) is a lower
-   bound for every arena.
+   eq. 12's forced preservation, when larger; with --order-only taken again from the order
+   found) is a lower bound for every arena.
 2. §4.3 addresses (`addresses.py`): greedy best fit for each candidate order (the order
    stage's, the program's, the start), then the placement heuristics (perturbed best fit, the
    big buffers placed exactly first) on each whose peak is below the best arena; when that is
@@ -216,7 +216,6 @@ class Model(Solver):
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
-        r = self._rebound(p, r, time.monotonic() + left(0.1))
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None

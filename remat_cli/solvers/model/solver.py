@@ -9,10 +9,11 @@ recomputation, in three stages sharing the time limit:
    takes the fragmentation-free peak from 47.7 to 34.6 MB, which CP-SAT's order model did not
    find from the program order in 12 s), then the cut descent (`ordering.cut_descent`) towards
    the minimum-cut bound (`bound.py`); reaching it proves the order optimal before CP-SAT runs
-   (all four shipped ONNX training graphs, in at most 2.7 s). With --order-only, where a pair
-   of operators set the bound, the order that pair points at starts the descent, and pair moves
-   from the peak follow it (`ordering.pair_move`, `ordering.pair_descent`: the exported
-   ResNet-18 step, batch 32).
+   (all four shipped ONNX training graphs, in at most 2.7 s). Where a pair of operators set the
+   bound, a second descent starts from the order that pair points at, and pair moves from the
+   peak follow it (`ordering.pair_move`, `ordering.pair_descent`: the exported ResNet-18 step,
+   batch 32); with --order-only the lower peak goes on, the joint mode adds it to its orders for
+   addresses.
 1. §5.5 reordering alone (`ordering.py`): CP-SAT minimises the fragmentation-free peak from the
    warm start; its proven bound (or the minimum-cut bound of `bound.py`, a strengthening of
    eq. 12's forced preservation, when larger; with --order-only taken again from the order
@@ -179,7 +180,9 @@ class Model(Solver):
             )
 
         if prm["order_only"]:
-            start, floor = self._order_start(p, options, floor, deadline, pairs=True)
+            start, floor, paired = self._order_start(p, options, floor, deadline)
+            if paired is not None and p.peak(paired) < p.peak(start):
+                start = paired
             r = self._rebound(
                 p, solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall), deadline
             )
@@ -213,7 +216,7 @@ class Model(Solver):
             )
 
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
-        start, floor = self._order_start(p, options, floor, deadline)
+        start, floor, paired = self._order_start(p, options, floor, deadline)
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
@@ -228,7 +231,8 @@ class Model(Solver):
                 best = (arena, order, bufs, offs)
 
         candidates = []
-        for order in map(list, dict.fromkeys((tuple(r.order), tuple(program), tuple(start)))):
+        orders = (tuple(r.order), tuple(program), tuple(start), *([tuple(paired)] if paired else []))
+        for order in map(list, dict.fromkeys(orders)):
             bufs = buffers_of(graph, self._steps(p, order))
             offs = greedy_offsets(bufs, alignment)
             candidates.append((arena_of(bufs, offs, alignment), order, bufs))
@@ -337,13 +341,17 @@ class Model(Solver):
 
     @classmethod
     def _order_start(
-        cls, p: Problem, options: SolveOptions, floor: int, deadline: float, pairs: bool = False
-    ) -> tuple[list[int], int]:
+        cls, p: Problem, options: SolveOptions, floor: int, deadline: float
+    ) -> tuple[list[int], int, list[int] | None]:
         """Stage 0: the start order, hill-climbed, then the minimum-cut bound and the cut descent
-        towards it, each with a share of the time left; returns (order, bound). With `pairs`
-        (--order-only) the pair move starts the descent and the pair descent follows it. Not in
-        the joint mode: its orders of the same peak place worse (MobileNet-v2 b1, 300 s: arena
-        1.67% above its order's peak, against 0.76% from the cut descent's order)."""
+        towards it, each with a share of the time left; returns (order, bound, paired). Where a
+        pair of operators set the bound, `paired` is the descent from the order that pair points
+        at, followed by the pair descent (else None): with --order-only the lower of the two
+        peaks starts the order search; the joint mode keeps the cut descent's order as its
+        start and adds `paired` to its candidates for addresses, since orders of the same peak
+        place differently (MobileNet-v2 b1, 300 s: arena 1.67% above its order's peak from the
+        paired start, 0.45% from the cut descent's; ResNet-18 b32: 0.01% from the paired order,
+        0.62% from the other)."""
 
         def until(share: float) -> float:
             now = time.monotonic()
@@ -352,13 +360,11 @@ class Model(Solver):
         start = improve_order(p, cls._start(p, options), until(0.15))
         pair: list[int] = []
         floor = max(floor, cut_bound(p, start, deadline, pair))
-        pair = pair if pairs else []
-        if pair:
-            moved = pair_move(p, start, pair[0], pair[1], until(0.1))
-            if p.peak(moved) < p.peak(start):
-                start = moved
         order = cut_descent(p, start, floor, until(0.25))
-        return (pair_descent(p, order, pair, floor, until(0.1)) if pair else order), floor
+        if not pair or p.peak(order) <= floor:
+            return order, floor, None
+        moved = cut_descent(p, pair_move(p, start, pair[0], pair[1], until(0.1)), floor, until(0.25))
+        return order, floor, pair_descent(p, moved, pair, floor, until(0.1))
 
     @staticmethod
     def _rebound(p: Problem, r: OrderResult, deadline: float) -> OrderResult:

@@ -15,8 +15,9 @@ Only the first round is whole: at a tight budget a short first stage may find no
 hinted, so their second stage starts from the best schedule so far, and their first stage only
 has to lead it into another basin: on a small graph a short one does, and the same work then
 buys several draws instead of one. How short grows with the graph (``short_round``): the
-share of a whole round is the operators over ``WHOLE_AT``, at least ``SHORT`` and at most 1. Measured at 120 s, one core, 50%, seeds 0/1, a whole round and 14M iterations (before)
-against a whole round and quarter ones: torch_transformer_train (371 operators) 9.64/8.62% ->
+share of a whole round is the operators over ``WHOLE_AT``, at least ``SHORT`` and at most 1.
+Measured at 120 s, one core, 50%, seeds 0/1, a whole round and 14M iterations (before) against
+a whole round and quarter ones: torch_transformer_train (371 operators) 9.64/8.62% ->
 8.62/8.62%, torch_mlp_train (129) 43.2/38.9% -> 38.9/38.9%, torch_unet_train (116) 7.88/8.27% ->
 8.29/8.27%; but resnet18_b32 (951) 13.2/17.4% -> 19.0/17.4%, where the second round's 14M
 iterations had found the 13.2%: there the rounds after the first stay long.

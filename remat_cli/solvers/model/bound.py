@@ -135,6 +135,10 @@ class CutNetwork:
             raise RuntimeError("the minimum cut of the order bound failed")
         return int(flow.optimal_flow()) + int(self.sizes[own].sum())
 
+    def independent(self, u: int, v: int) -> bool:
+        """Neither of u and v depends on the other: either may run first."""
+        return u != v and not (self.up[v] >> u) & 1 and not (self.up[u] >> v) & 1
+
     def closure(self, v: int, before: int = 0, after: int = 0) -> set[int]:
         """The operators run before v in an order that reaches `cut(v, before, after)` at v."""
         self.cut(v, before, after)
@@ -189,7 +193,7 @@ def pair_bound(
 
     def pair(u: int, v: int) -> bool:
         nonlocal best
-        if (up[v] >> u) & 1 or (up[u] >> v) & 1:
+        if not net.independent(u, v):
             return False  # one depends on the other: a single order, which the cuts see
         first_u = max(net.cut(u, after=after[v]), net.cut(v, before=up[u]))
         if first_u <= best:
@@ -221,7 +225,7 @@ def pair_bound(
         for v in range(n):
             if over():
                 return best
-            if v != u and pair(u, v):
+            if pair(u, v):
                 anchors.extend(found)
     return best
 

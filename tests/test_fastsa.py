@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import time
 
 import numpy as np
@@ -17,7 +18,7 @@ from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers.fastsa import kernel as K
-from remat_cli.solvers.fastsa.rounds import round_plan, short_round
+from remat_cli.solvers.fastsa.rounds import later_rounds, round_plan, short_round
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -607,27 +608,33 @@ def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
 
 
 def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
-    """A time limit holding a whole round's iterations at --rate and two quarter ones runs three
-    in sequence (seeds s, s + 1000, s + 2000), each hinted with the cheapest schedule so far: the
-    result is never above the whole round alone, and here below it (the quarter rounds find a
-    cheaper schedule from its hint). A limit holding less than a whole round and a quarter of a
-    short one runs one, as before rounds; a short round grows with the graph."""
+    """A time limit holding a whole round's iterations at --rate and two quarter ones runs them
+    in sequence (seeds s, s + 1000, s + 2000, ...), each hinted with the cheapest schedule so far:
+    the result is never above the whole round alone, and here below it (the later rounds find a
+    cheaper schedule from its hint). A round's iterations on the exact peak's kernel count
+    1 / EXACT_SPEED of --rate, so a limit holding only one round at --rate still runs more after
+    it, as many as its work leaves room for; the same every run (counted, not timed)."""
     g = G.transformer(layers=2, seed=4)
     budget = int(0.6 * baseline(g).peak_memory)
     params = {"iterations": 20_000, "iterations2": 20_000, "rate": 10_000.0, "greedy_start": False}
 
-    def solve(seed: int, limit: float) -> tuple[float, str]:
-        opts = SolveOptions(limit, seed, workers=1, params=params)
+    def solve(seed: int, limit: float, rounds: int = 0) -> tuple[float, str]:
+        opts = SolveOptions(limit, seed, workers=1, params=params | {"rounds": rounds})
         sched, res = run_solver(g, budget, "fastsa", opts)
         assert sched is not None and simulate(g, sched.steps).peak_memory <= budget
         return simulate(g, sched.steps).cost, res.message or ""
 
-    _, msg = solve(0, 4.2)  # 42,000 iterations: one round (the 2,000 past it are too few for two)
+    whole, msg = solve(0, 4.0, rounds=1)
     assert "rounds" not in msg
-    whole, _ = solve(0, 4.0)
-    cost, msg = solve(0, 6.0)  # 40,000 + 10,000 + 10,000
-    assert "the cheapest of 3 rounds in sequence" in msg
-    assert cost < whole * (1 - 1e-6)
+    cost, msg = solve(0, 4.0)  # one round at --rate (40,000 iterations); its work leaves room for more
+    assert re.search(r"the cheapest of ([2-9]|1[0-6]) rounds in sequence", msg), msg
+    assert (cost, msg) == solve(0, 4.0)
+    assert cost <= whole * (1 + 1e-9)
+    cost, msg = solve(0, 6.0)  # 40,000 + 10,000 + 10,000 at --rate, and more
+    assert "rounds in sequence" in msg and cost < whole * (1 - 1e-6)
+
+
+def test_round_plan() -> None:
     per_round = 22_000_000 / 3e5
     assert round_plan(60.0, 3e5, 22_000_000, 0) == [60.0]  # below a whole round: scaled down
     assert round_plan(76.0, 3e5, 22_000_000, 0) == [76.0]
@@ -642,3 +649,11 @@ def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
         2.5,
         2.5,
     ]
+    # what a round's work leaves: rounds of `each`, a remainder of at least a quarter of one,
+    # lengthened (up to whole) when there are more than the slots left
+    assert later_rounds(10.0, 4.0, 16.0, 15) == [4.0, 4.0, 2.0]
+    assert later_rounds(8.5, 4.0, 16.0, 15) == [4.0, 4.0]
+    assert later_rounds(0.9, 4.0, 16.0, 15) == []
+    assert later_rounds(100.0, 4.0, 16.0, 3) == [16.0, 16.0, 16.0]
+    assert later_rounds(30.0, 4.0, 16.0, 3) == [10.0, 10.0, 10.0]
+    assert later_rounds(30.0, 4.0, 16.0, 0) == []

@@ -21,6 +21,16 @@ a whole round and quarter ones: torch_transformer_train (371 operators) 9.64/8.6
 8.62/8.62%, torch_mlp_train (129) 43.2/38.9% -> 38.9/38.9%, torch_unet_train (116) 7.88/8.27% ->
 8.29/8.27%; but resnet18_b32 (951) 13.2/17.4% -> 19.0/17.4%, where the second round's 14M
 iterations had found the 13.2%: there the rounds after the first stay long.
+
+The plan is made at --rate, the speed of the slowest kernel (the tight part's soft peak, counted
+``SOFT_WORK``); the exact peak's kernel runs 5-9 times faster on one core, so a round ended in a
+fifth to a half of its share of the limit (torch_transformer_train at 50%, 60 s: one round of 18M
+iterations, 12.8 s). A round's result says what its iterations are worth in seconds at the
+kernels' assumed speeds (``work_seconds``: the exact kernel at ``EXACT_SPEED`` times --rate), and
+what it leaves of its work limit is planned as more short rounds (:func:`later_rounds`). Counted
+from iterations, not timed, so that the rounds stay the same on every run; a round the clock cut
+leaves nothing. At 60 s, 50%, seed 0, one core: torch_transformer_train 10.62% -> 8.62% (7 rounds,
+35 s), torch_resnet_train -> 9.85%, torch_mlp_train 43.2% -> 38.9%.
 """
 
 from __future__ import annotations
@@ -58,12 +68,9 @@ def round_plan(
 ) -> list[float | None]:
     """Each round's work limit (seconds at ``rate``; None: no limit). ``asked`` > 0: that many
     equal rounds. Else one whole round of ``per_round`` iterations, then rounds of `short`
-    iterations (default ``SHORT`` of a whole one) while the work limit holds them, and what is
-    left over as one more when it is at least ``MIN_PARTIAL`` of a short one (120 s at the
-    default rate, a graph of 371 operators or fewer: a whole round, two quarter ones and 3M
-    iterations); at most ``MAX_ROUNDS``, the short ones then lengthened to share the rest, up to
-    a whole round each (the work of a longer limit is not used). A limit below a whole round
-    and that least share of a short one is one round, scaled down as before rounds."""
+    iterations (default ``SHORT`` of a whole one) while the work limit holds them (see
+    :func:`later_rounds`). A limit below a whole round and ``MIN_PARTIAL`` of a short one is one
+    round, scaled down as before rounds; :func:`run_rounds` may add rounds after it."""
     if asked > 0:
         return [None if work_limit is None else work_limit / asked] * asked
     if work_limit is None or per_round <= 0:
@@ -73,19 +80,40 @@ def round_plan(
     rest = work_limit - whole
     if rest < MIN_PARTIAL * each:
         return [work_limit]
+    return [whole, *later_rounds(rest, each, whole, MAX_ROUNDS - 1)]
+
+
+def later_rounds(rest: float, each: float, whole: float, slots: int) -> list[float]:
+    """The rounds `rest` seconds of work hold after the first: rounds of `each` seconds, and
+    what is left over as one more when it is at least ``MIN_PARTIAL`` of one (120 s at the
+    default rate, a graph of 371 operators or fewer: a whole round, two quarter ones and 3M
+    iterations); at most `slots`, then lengthened to share the rest, up to `whole` each (the
+    work of a longer limit is not used)."""
+    if slots <= 0 or each <= 0 or rest < MIN_PARTIAL * each:
+        return []
     k = int(rest // each)
-    if k >= MAX_ROUNDS - 1:
-        return [whole] + [min(whole, rest / (MAX_ROUNDS - 1))] * (MAX_ROUNDS - 1)
+    if k >= slots:
+        return [min(whole, rest / slots)] * slots
     left = rest - k * each
-    return [whole] + [each] * k + ([left] if left >= MIN_PARTIAL * each else [])
+    return [each] * k + ([left] if left >= MIN_PARTIAL * each else [])
 
 
 def run_rounds(
-    chain: Chain, graph: Graph, budget: int, options: SolveOptions, plan: list[float | None]
+    chain: Chain,
+    graph: Graph,
+    budget: int,
+    options: SolveOptions,
+    plan: list[float | None],
+    each: float = 0.0,
+    whole: float = 0.0,
 ) -> SolverResult:
     """`chain` run once per round of `plan` in sequence, each with the cheapest schedule within
     budget so far as its hint and a share of the time left in proportion to its work; the
-    cheapest result is kept."""
+    cheapest result is kept. A round whose iterations took less than its work limit at the
+    kernels' assumed speeds (its result's ``work_seconds``: the exact peak's kernel is faster
+    than --rate, and a converged second stage ends early) leaves the difference to the rounds
+    after it, re-planned as rounds of `each` seconds (up to `whole`): deterministic, since it
+    counts iterations, not the clock."""
     best: list[float] = [float("inf")]
 
     def report(steps: list[Step]) -> None:
@@ -96,12 +124,15 @@ def run_rounds(
             options.incumbent(steps)
 
     results: list[SolverResult | None] = []
+    plan = list(plan)
     hint = options.hint
     hint_sim = None if hint is None else simulate(graph, hint)
     hint_cost = hint_sim.cost if hint_sim is not None and hint_sim.peak_memory <= budget else float("inf")
-    for k, work in enumerate(plan):
+    k = 0
+    while k < len(plan):
+        work = plan[k]
         left = options.remaining()
-        if left is not None and left <= 0.0:
+        if k and left is not None and left <= 0.0:  # the first runs whatever is left, as alone
             break
         window = None
         if left is not None:
@@ -121,4 +152,12 @@ def run_rounds(
         sim = simulate(graph, res.steps) if res.steps else None
         if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:
             hint, hint_cost = res.steps, sim.cost
+        used = res.params.get("work_seconds")
+        cut = res.params.get("wall_stopped", False)  # its time was the clock's, not its work's
+        if each > 0 and work is not None and used is not None and used < work and not cut:
+            rest = sum(w or 0.0 for w in plan[k + 1 :]) + work - used
+            plan[k + 1 :] = later_rounds(rest, each, whole, MAX_ROUNDS - k - 1)
+        k += 1
+    if len(results) == 1 and results[0] is not None:
+        return results[0]
     return cheapest(graph, budget, options, results, "rounds in sequence", SEED_STEP)

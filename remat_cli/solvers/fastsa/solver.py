@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,12 @@ RESCUE_OVER = 20.0
 #: overhead resnet18_b32 16.2% -> 14.4%, torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1
 #: 9.9% -> 9.6%, torch_resnet_train 11.2% -> 12.0%; the slow cells end 4-7 s earlier
 SOFT_WORK = 1.15
+#: the exact peak's kernel runs at this multiple of --rate: one core of this machine, ONNX exports
+#: of 116-951 operators at 50/70%, 30 s: 1.57-2.69M iterations/s against the assumed 3e5 (the soft
+#: peak's at 346-457k/s). A round's iterations at these speeds are its work in seconds (``seconds``),
+#: from which the rounds after it are planned (see rounds.py); the margin below the measured speed
+#: is for a slower machine and what the kernel's time leaves out (greedy's start, polish)
+EXACT_SPEED = 3.3
 #: a kick anneals from this multiple of the second stage's initial temperature (see kicks.py):
 #: mobilenet_v2_b1 at 70%, 60 s, seed 0, kicks of n2 iterations: from 1x the kick of
 #: node_convolution_4 ended at 3.3% and was dropped; from 3x it ended at 0.89% (stage 2: 3.06%)
@@ -195,8 +202,9 @@ class FastSA(Solver):
             0,
             "rounds of both stages in sequence, round k with seed + 1000k and the cheapest schedule "
             "so far as its hint (0: one whole round of --iterations + --iterations2, then shorter "
-            "ones while the time limit holds them at --rate (the operators / 1,500 of a round, at "
-            "least a quarter), at most 16 rounds in all; one without a limit)",
+            "ones while the time limit holds them at --rate and what the rounds' iterations leave "
+            "of it at the kernels' speeds (the operators / 1,500 of a round, at least a quarter), "
+            "at most 16 rounds in all; one without a limit)",
             low=0,
             high=1000,
         ),
@@ -241,13 +249,20 @@ class FastSA(Solver):
         p = self.defaults() | options.params
         per_round = int(p["iterations"]) + int(p["iterations2"])
         short = short_round(per_round, len(graph.needed_nodes))
-        plan = round_plan(options.work_limit(), float(p["rate"]), per_round, int(p["rounds"]), short)
-        if len(plan) == 1:
+        rate = float(p["rate"])
+        plan = round_plan(options.work_limit(), rate, per_round, int(p["rounds"]), short)
+        if plan == [None] or int(p["rounds"]) == 1:
             return self._chain(graph, budget, options)
-        return run_rounds(functools.partial(self._chain, graph, budget), graph, budget, options, plan)
+        chain = functools.partial(self._chain, graph, budget, greedy={})
+        if int(p["rounds"]) > 0:  # as many as asked, no more
+            return run_rounds(chain, graph, budget, options, plan)
+        return run_rounds(chain, graph, budget, options, plan, short / rate, per_round / rate)
 
-    def _chain(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        """One annealing chain: the two stages of App. D.4 with their rescue and polish."""
+    def _chain(
+        self, graph: Graph, budget: int, options: SolveOptions, greedy: dict[str, Any] | None = None
+    ) -> SolverResult:
+        """One annealing chain: the two stages of App. D.4 with their rescue and polish; `greedy`
+        keeps greedy's schedule for the rounds after it (see _greedy_start)."""
         p = self.defaults() | options.params
         nv = graph.node_view
         resident = float(nv.resident)
@@ -285,6 +300,7 @@ class FastSA(Solver):
         run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
         run.chain_max = 0 if no_rec else int(p["chain"])
         run.tight_after = min(1.0, max(0.0, float(p["tight_after"])))
+        run.greedy = {} if greedy is None else greedy
         # the seconds the second stage needs at the assumed rate, with a margin for polish and a
         # machine slower than the rate: what greedy's start leaves of the time
         run.reserve = 1.5 * n2 / float(p["rate"])
@@ -423,7 +439,11 @@ class FastSA(Solver):
             objective=cost,
             message=msg,
             best_peak=None if feasible else peak,
-            params={"iterations_run": run.iterations},
+            params={
+                "iterations_run": run.iterations,
+                "work_seconds": run.work_seconds(float(p["rate"])),
+                "wall_stopped": run.wall_stopped,
+            },
         )
 
 
@@ -451,9 +471,12 @@ def _greedy_start(
     would run every strategy to its end, 10 s and more on resnet18_b32 at 50% whatever the
     limit. A run the clock cut is marked as such (`wall_stopped`). Held to a fifth of the time
     left, it was cut there at 60 s although fastsa ended after 40 s: its schedule, and so
-    fastsa's, depended on the clock."""
+    fastsa's, depended on the clock. Greedy ignores the seed, so a schedule it found uncut is
+    kept in `run.greedy` for the rounds after this one (mobilenet_v2_b1 at 50%: 9 s a round)."""
     from remat_cli import registry
 
+    if "steps" in run.greedy:
+        return _as_start(graph, nv, base_prob, budget, run.greedy["steps"])
     if "greedy" not in registry.names():
         return None
     greedy = registry.get("greedy")
@@ -464,6 +487,8 @@ def _greedy_start(
     steps = greedy.solve(graph, budget, opts).steps
     if limit is not None and opts.remaining() == 0.0:
         run.wall_stopped = True
+    else:
+        run.greedy["steps"] = steps
     return _as_start(graph, nv, base_prob, budget, steps)
 
 
@@ -550,7 +575,9 @@ class _Run:
         self.given = 0  # iterations stage 1 gave back to the kicks (see stage)
         self.on_tight: Callable[[], None] | None = None  # called when stage 1's tight part begins
         self.fallback: list[int] | None = None  # greedy's schedule taken then (see _chain)
+        self.greedy: dict[str, Any] = {}  # greedy's uncut schedule, shared by a solve's rounds
         self.iterations = 0
+        self.soft_iterations = 0  # of them, on the soft peak's kernel
         self.wall_stopped = False
         base_cost = sum(nv.cost[i] for i in range(len(nv)) if nv.needed[i])
         # keeps f(S) informative when every cost is 0
@@ -558,6 +585,11 @@ class _Run:
         self.best_cost = math.inf
         self.last_report = time.monotonic()
         self.unreported: tuple[Problem, np.ndarray] | None = None
+
+    def work_seconds(self, rate: float) -> float:
+        """The iterations run so far in seconds of the assumed kernel speeds (deterministic)."""
+        exact = self.iterations - self.soft_iterations
+        return (exact / EXACT_SPEED + SOFT_WORK * self.soft_iterations) / rate
 
     @property
     def log_cap(self) -> int:
@@ -655,6 +687,7 @@ class _Run:
                               self.over, self.chain)  # fmt: skip
             it += done
             work += done * weight
+            self.soft_iterations += done if s.lse else 0
             self.iterations += done
             improved = False
             if ist[K.I_MARK_FEAS] >= 0:

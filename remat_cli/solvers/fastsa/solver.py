@@ -35,19 +35,22 @@ from remat_cli.solvers.greedy import evict_in_order
 #: slope above the budget of the footnote-2 objective in the stage after a rescue (see solve)
 RESCUE_OVER = 20.0
 #: work of one iteration of the tight part's soft peak (kernel with logaddexp), in iterations at
-#: --rate, which sizes the iteration budget: on one core that kernel runs at 230-290k/s, below
-#: the assumed 300k/s (the exact one at 0.7-1.2M/s). Counted as one, the tight part outran its
-#: share of the limit, and the clock shortened it by a different amount in each run. At 1.15,
+#: --rate, which sizes the iteration budget: on one core that kernel ran at 230-290k/s, below
+#: the assumed 300k/s (the exact one at 0.7-1.2M/s), before its logaddexp became a table lookup.
+#: Counted as one, the tight part outran its share of the limit, and the clock shortened it by a
+#: different amount in each run. At 1.15,
 #: ONNX exports at 50%, 60 s, seeds 0-2 (one core each, the same cells side by side): mean
 #: overhead resnet18_b32 16.2% -> 14.4%, torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1
 #: 9.9% -> 9.6%, torch_resnet_train 11.2% -> 12.0%; the slow cells end 4-7 s earlier
 SOFT_WORK = 1.15
-#: the exact peak's kernel runs at this multiple of --rate: one core of this machine, ONNX exports
-#: of 116-951 operators at 50/70%, 30 s: 1.57-2.69M iterations/s against the assumed 3e5 (the soft
-#: peak's at 346-457k/s). A round's iterations at these speeds are its work in seconds (``seconds``),
-#: from which the rounds after it are planned (see rounds.py); the margin below the measured speed
-#: is for a slower machine and what the kernel's time leaves out (greedy's start, polish)
+#: the exact peak's kernel runs at this multiple of --rate, the soft peak's at SOFT_SPEED: one core
+#: of this machine, ONNX exports of 116-951 operators at 50/70%, 30 s: 1.57-2.69M and 631-746k
+#: iterations/s against the assumed 3e5. A round's iterations at these speeds are its work in
+#: seconds (``work_seconds``), from which the rounds after it are planned (see rounds.py); the
+#: margin below the measured speeds is for a slower machine and what the kernels' time leaves out
+#: (greedy's start, polish: 6 s of mobilenet_v2_b1's 15.6 at 50%)
 EXACT_SPEED = 3.3
+SOFT_SPEED = 1.5
 #: a kick anneals from this multiple of the second stage's initial temperature (see kicks.py):
 #: mobilenet_v2_b1 at 70%, 60 s, seed 0, kicks of n2 iterations: from 1x the kick of
 #: node_convolution_4 ended at 3.3% and was dropped; from 3x it ended at 0.89% (stage 2: 3.06%)
@@ -589,7 +592,7 @@ class _Run:
     def work_seconds(self, rate: float) -> float:
         """The iterations run so far in seconds of the assumed kernel speeds (deterministic)."""
         exact = self.iterations - self.soft_iterations
-        return (exact / EXACT_SPEED + SOFT_WORK * self.soft_iterations) / rate
+        return (exact / EXACT_SPEED + self.soft_iterations / SOFT_SPEED) / rate
 
     @property
     def log_cap(self) -> int:

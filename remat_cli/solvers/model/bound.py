@@ -74,8 +74,9 @@ def live_profile(p: Problem, order: list[int]) -> np.ndarray:
 
 
 class CutNetwork:
-    """The flow network of the module docstring, built once; the terminals' arcs and v's own
-    tensors are re-weighted per operator v."""
+    """The flow network of the module docstring, built once per problem and shared by the bound
+    and the descents; the terminals' arcs and v's own tensors are re-weighted per operator v. The
+    plain cut at v does not depend on any order, so it is computed once (`_plain`)."""
 
     def __init__(self, p: Problem):
         n = len(p)
@@ -112,6 +113,7 @@ class CutNetwork:
         self.to_sink = np.array([arc(u, self.sink, 0) for u in range(n)], dtype=np.int64)
         self.sizes = np.array([t.size for t in tensors], dtype=np.int64)
         self._own: list[int] = []  # the tensors of the operator cut last, their arcs at 0
+        self._plain: dict[int, int] = {}  # v -> cut(v), neither `before` nor `after`
         self.up = [a | (1 << i) for i, a in enumerate(p.ancestors)]
         self.down = p.descendants
         #: v and every operator it feeds: what has not run while v has not
@@ -125,6 +127,15 @@ class CutNetwork:
         """The fewest bytes resident while v runs, over every order that runs the operators of
         the bitset `before` (closed under ancestors) before v and those of `after` (closed under
         descendants) after it."""
+        if not before and not after and v in self._plain:
+            return self._plain[v]
+        value = self._solve(v, before, after)
+        if not before and not after:
+            self._plain[v] = value
+        return value
+
+    def _solve(self, v: int, before: int, after: int) -> int:
+        """`cut`, solved: the flow's source side is then that cut's closure."""
         n, inf, flow = self.n, self.inf, self.flow
         flow.set_arcs_capacity(self.size_arc[self._own], self.sizes[self._own])  # the last v's
         flow.set_arcs_capacity(self.from_source, np.where(_bits(self.up[v] | before, n), inf, 0))
@@ -141,22 +152,26 @@ class CutNetwork:
 
     def closure(self, v: int, before: int = 0, after: int = 0) -> set[int]:
         """The operators run before v in an order that reaches `cut(v, before, after)` at v."""
-        self.cut(v, before, after)
+        self._solve(v, before, after)
         return {u for u in self.flow.get_source_side_min_cut() if u < self.n and u != v}
 
 
 def cut_bound(
-    p: Problem, order: list[int], deadline: float | None = None, pair: list[int] | None = None
+    p: Problem,
+    order: list[int],
+    deadline: float | None = None,
+    pair: list[int] | None = None,
+    net: CutNetwork | None = None,
 ) -> int:
     """The largest of the three bounds of the module docstring (the cut at each operator, the
     peeling over the operators without successors, the pairs of cuts); `order` is any valid
     order (the incumbent): nothing above its peak can be proven, and its live bytes pick the
     pairs. Stops at `deadline` (time.monotonic()) with the best bound so far, which is still a
     bound. `pair`, when given, receives the pair that set the bound, the one to run first first
-    (empty where no pair raised it)."""
+    (empty where no pair raised it). `net`: the problem's CutNetwork, when the caller has one."""
     if len(p) == 0:
         return 0
-    net = CutNetwork(p)
+    net = CutNetwork(p) if net is None else net
     ub = live_profile(p, order)
     peak = int(ub.max())
     cuts = np.zeros(len(p), dtype=np.int64)

@@ -124,7 +124,14 @@ def improve_order(p: Problem, order: list[int], deadline: float) -> list[int]:
     return order
 
 
-def cut_descent(p: Problem, order: list[int], bound: int, deadline: float, patience: int = 5) -> list[int]:
+def cut_descent(
+    p: Problem,
+    order: list[int],
+    bound: int,
+    deadline: float,
+    patience: int = 5,
+    net: CutNetwork | None = None,
+) -> list[int]:
     """Local search by minimum cuts (not in the paper): at the operator v where `order` peaks,
     run first exactly the operators of v's minimum-cut closure (`bound.CutNetwork.closure`), so
     that v's step holds the fewest bytes any order can, keep the relative order of the rest, and
@@ -134,7 +141,7 @@ def cut_descent(p: Problem, order: list[int], bound: int, deadline: float, patie
     peak step's bytes, since that step holds more than its cut. On the exported ResNet training
     step three moves take the hill-climbed order from 34.15 MB to the 34.08 MB bound; CP-SAT's
     order model had not closed that gap in 30 s."""
-    net = CutNetwork(p)
+    net = CutNetwork(p) if net is None else net
     best, best_peak = order, p.peak(order)
     cur, seen, stale = order, {tuple(order)}, 0
     while best_peak > bound and stale < patience and time.monotonic() < deadline:
@@ -174,12 +181,14 @@ def pair_move(
     return improve_order(p, moved, deadline)
 
 
-def pair_descent(p: Problem, order: list[int], pair: list[int], bound: int, deadline: float) -> list[int]:
+def pair_descent(
+    p: Problem, order: list[int], pair: list[int], bound: int, deadline: float, net: CutNetwork | None = None
+) -> list[int]:
     """Pair moves (`pair_move`) from the operator where `order` peaks, paired with each of the
     bound's `pair` in both orders, while one lowers the peak, until `bound` or `deadline`. On the
     exported ResNet-18 step (batch 32) the cut descent ends 2,048 B above the bound, at a second
     peak whose pair with the bound's first operator reaches it: the order proven optimal."""
-    net = CutNetwork(p)
+    net = CutNetwork(p) if net is None else net
     best, best_peak = order, p.peak(order)
     while best_peak > bound and time.monotonic() < deadline:
         v = int(np.argmax(live_profile(p, best)))

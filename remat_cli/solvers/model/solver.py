@@ -67,7 +67,7 @@ from remat_cli.memory_plan import Buffer, align, arena_of, arena_peak, buffers_o
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.model.addresses import ENGINES, place, repack
-from remat_cli.solvers.model.bound import cut_bound
+from remat_cli.solvers.model.bound import CutNetwork, cut_bound
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
 from remat_cli.solvers.model.ordering import (
@@ -180,11 +180,12 @@ class Model(Solver):
             )
 
         if prm["order_only"]:
-            start, floor, paired = self._order_start(p, options, floor, deadline)
+            net = CutNetwork(p)
+            start, floor, paired = self._order_start(p, options, floor, deadline, net)
             if paired is not None and p.peak(paired) < p.peak(start):
                 start = paired
             r = self._rebound(
-                p, solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall), deadline
+                p, solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall), deadline, net
             )
             steps = self._steps(p, r.order)
             return result(
@@ -216,7 +217,7 @@ class Model(Solver):
             )
 
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
-        start, floor, paired = self._order_start(p, options, floor, deadline)
+        start, floor, paired = self._order_start(p, options, floor, deadline, CutNetwork(p))
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
@@ -341,7 +342,7 @@ class Model(Solver):
 
     @classmethod
     def _order_start(
-        cls, p: Problem, options: SolveOptions, floor: int, deadline: float
+        cls, p: Problem, options: SolveOptions, floor: int, deadline: float, net: CutNetwork
     ) -> tuple[list[int], int, list[int] | None]:
         """Stage 0: the start order, hill-climbed, then the minimum-cut bound and the cut descent
         towards it, each with a share of the time left; returns (order, bound, paired). Where a
@@ -351,7 +352,7 @@ class Model(Solver):
         start and adds `paired` to its candidates for addresses, since orders of the same peak
         place differently (MobileNet-v2 b1, 300 s: arena 1.67% above its order's peak from the
         paired start, 0.45% from the cut descent's; ResNet-18 b32: 0.01% from the paired order,
-        0.62% from the other)."""
+        0.62% from the other). `net`: the problem's CutNetwork, shared by all four."""
 
         def until(share: float) -> float:
             now = time.monotonic()
@@ -359,21 +360,23 @@ class Model(Solver):
 
         start = improve_order(p, cls._start(p, options), until(0.15))
         pair: list[int] = []
-        floor = max(floor, cut_bound(p, start, deadline, pair))
-        order = cut_descent(p, start, floor, until(0.25))
+        floor = max(floor, cut_bound(p, start, deadline, pair, net))
+        order = cut_descent(p, start, floor, until(0.25), net=net)
         if not pair or p.peak(order) <= floor:
             return order, floor, None
-        moved = cut_descent(p, pair_move(p, start, pair[0], pair[1], until(0.1)), floor, until(0.25))
-        return order, floor, pair_descent(p, moved, pair, floor, until(0.1))
+        moved = pair_move(p, start, pair[0], pair[1], until(0.1), net)
+        moved = cut_descent(p, moved, floor, until(0.25), net=net)
+        return order, floor, pair_descent(p, moved, pair, floor, until(0.1), net)
 
     @staticmethod
-    def _rebound(p: Problem, r: OrderResult, deadline: float) -> OrderResult:
+    def _rebound(p: Problem, r: OrderResult, deadline: float, net: CutNetwork) -> OrderResult:
         """The bound again from the order found, where a gap is left: the pair bound's candidates
         are its operators of the largest live bytes (ResNet-50 b32: 831.7 MB from the start
-        order, 833.8 MB from the order found, 10 KB below its peak)."""
+        order, 833.8 MB from the order found, 10 KB below its peak). The plain cuts are `net`'s
+        from the first bound."""
         if r.optimal or r.peak <= r.bound:
             return r
-        bound = max(r.bound, cut_bound(p, r.order, deadline))
+        bound = max(r.bound, cut_bound(p, r.order, deadline, net=net))
         return OrderResult(r.order, r.peak, bound, r.peak <= bound)
 
     @staticmethod

@@ -15,10 +15,10 @@ from remat_cli import generators as G
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
-from remat_cli.solver import SolveOptions
+from remat_cli.solver import SolveOptions, SolverResult
 from remat_cli.solvers import fastsa as F
 from remat_cli.solvers.fastsa import kernel as K
-from remat_cli.solvers.fastsa.rounds import later_rounds, round_plan, short_round
+from remat_cli.solvers.fastsa.rounds import later_rounds, round_plan, run_rounds, short_round
 
 GRAPHS: dict[str, Graph] = {
     "linear": G.linear(6, seed=1),
@@ -610,7 +610,7 @@ def test_a_hinted_run_never_ends_above_its_hint(fraction: float) -> None:
 
 def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
     """A time limit holding a whole round's iterations at --rate and two quarter ones runs them
-    in sequence (seeds s, s + 1000, s + 2000, ...), each hinted with the cheapest schedule so far:
+    in sequence (seeds s, s + 1000, s + 2000, ...), every other one hinted with the cheapest so far:
     the result is never above the whole round alone, and here below it (the later rounds find a
     cheaper schedule from its hint). A round's iterations on the exact peak's kernel count
     1 / EXACT_SPEED of --rate, so a limit holding only one round at --rate still runs more after
@@ -633,6 +633,25 @@ def test_rounds_follow_the_time_limit_and_never_end_above_one_alone() -> None:
     assert cost <= whole * (1 + 1e-9)
     cost, msg = solve(0, 6.0)  # 40,000 + 10,000 + 10,000 at --rate, and more
     assert "rounds in sequence" in msg and cost < whole * (1 - 1e-6)
+
+
+def test_odd_rounds_explore_afresh() -> None:
+    """Rounds 0, 2, ... get the cheapest schedule so far as their hint; rounds 1, 3, ... only the
+    caller's (none here), so that they can leave the first round's basin."""
+    g = G.transformer(layers=2, seed=4)
+    budget = int(0.6 * baseline(g).peak_memory)
+    solver = F.FastSA()
+    hints: list[object] = []
+
+    def chain(opts: SolveOptions) -> SolverResult:
+        hints.append(opts.hint)
+        return solver._chain(g, budget, opts)
+
+    params = {"iterations": 20_000, "iterations2": 20_000, "greedy_start": False}
+    res = run_rounds(chain, g, budget, SolveOptions(None, 0, workers=1, params=params), [None] * 4)
+    assert res.steps and simulate(g, res.steps).peak_memory <= budget
+    assert hints[0] is None and hints[1] is None and hints[3] is None
+    assert hints[2] is not None and simulate(g, hints[2]).peak_memory <= budget
 
 
 def test_round_plan() -> None:

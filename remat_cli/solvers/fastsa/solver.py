@@ -203,8 +203,8 @@ class FastSA(Solver):
             "rounds",
             int,
             0,
-            "rounds of both stages in sequence, round k with seed + 1000k and the cheapest schedule "
-            "so far as its hint (0: one whole round of --iterations + --iterations2, then shorter "
+            "rounds of both stages in sequence, round k with seed + 1000k, an even one with the "
+            "cheapest schedule so far as its hint (0: one whole round of --iterations + --iterations2, then shorter "
             "ones while the time limit holds them at --rate and what the rounds' iterations leave "
             "of it at the kernels' speeds (the operators / 1,500 of a round, at least a quarter), "
             "at most 16 rounds in all; one without a limit)",

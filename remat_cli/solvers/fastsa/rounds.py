@@ -6,9 +6,10 @@ only ever scaled that budget down (``--rate``): from 73 s on, more time bought n
 (k ≥ 1) runs the whole solve again with seed + ``SEED_STEP``·k, an even one with the cheapest
 schedule so far as its hint: its own first stage explores afresh, and its second stage starts
 from the hint when that is cheaper than the first stage's best (the solver's warm start), so it
-never ends above the rounds before it; the cheapest round's schedule is the result. The plan (:func:`round_plan`) depends on the work limit alone (the
-user's limit at the assumed rate): the same command and seed do the same rounds on any machine
-fast enough for the rate (the wall clock only cuts a slower one short).
+never ends above the rounds before it; the cheapest round's schedule is the result. The plan
+(:func:`round_plan`) depends on the work limit alone (the user's limit at the assumed rate): the
+same command and seed do the same rounds on any machine fast enough for the rate (the wall
+clock only cuts a slower one short).
 
 Only the first round is whole: at a tight budget a short first stage may find nothing at all
 (resnet18_b32 at 50%, two half rounds at 60 s, seed 0: no schedule). The rounds after it are
@@ -20,8 +21,8 @@ own first stage's best, which it nearly always is, so hinted rounds stay in the 
 basin. resnet18_b32 at 70%, 60 s, seed 0 recomputes its first convolution (0.60%) in every
 hinted round; with every other round fresh, a fresh round finds 0.08% (seeds 1 and 2 and 15
 other cells of the shipped graphs and resnet18_b32 at 50/70%, seeds 0/1: the same or within
-0.01 point). How short grows with the graph (``short_round``): the
-share of a whole round is the operators over ``WHOLE_AT``, at least ``SHORT`` and at most 1.
+0.01 point). How short grows with the graph (``short_round``): the share of a whole round is
+the operators over ``WHOLE_AT``, at least ``SHORT`` and at most 1.
 Measured at 120 s, one core, 50%, seeds 0/1, a whole round and 14M iterations (before) against
 a whole round and quarter ones: torch_transformer_train (371 operators) 9.64/8.62% ->
 8.62/8.62%, torch_mlp_train (129) 43.2/38.9% -> 38.9/38.9%, torch_unet_train (116) 7.88/8.27% ->
@@ -115,11 +116,12 @@ def run_rounds(
 ) -> SolverResult:
     """`chain` run once per round of `plan` in sequence, each with a share of the time left in
     proportion to its work, the even ones (0, 2, ...) with the cheapest schedule within budget so
-    far as their hint, the odd ones afresh (the caller's hint only); the cheapest result is kept. A round whose iterations took less than its work limit at the
-    kernels' assumed speeds (its result's ``work_seconds``: the exact peak's kernel is faster
-    than --rate, and a converged second stage ends early) leaves the difference to the rounds
-    after it, re-planned as rounds of `each` seconds (up to `whole`): deterministic, since it
-    counts iterations, not the clock."""
+    far as their hint, the odd ones afresh (the caller's hint only); the cheapest result is
+    kept. A round whose iterations took less than its work limit at the kernels' assumed speeds
+    (its result's ``work_seconds``: the exact peak's kernel is faster than --rate, and a
+    converged second stage ends early) leaves the difference to the rounds after it, re-planned
+    as rounds of `each` seconds (up to `whole`): deterministic, since it counts iterations, not
+    the clock."""
     best: list[float] = [float("inf")]
 
     def report(steps: list[Step]) -> None:

@@ -38,10 +38,10 @@ RESCUE_OVER = 20.0
 #: --rate, which sizes the iteration budget: on one core that kernel ran at 230-290k/s, below
 #: the assumed 300k/s (the exact one at 0.7-1.2M/s), before its logaddexp became a table lookup.
 #: Counted as one, the tight part outran its share of the limit, and the clock shortened it by a
-#: different amount in each run. At 1.15,
-#: ONNX exports at 50%, 60 s, seeds 0-2 (one core each, the same cells side by side): mean
-#: overhead resnet18_b32 16.2% -> 14.4%, torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1
-#: 9.9% -> 9.6%, torch_resnet_train 11.2% -> 12.0%; the slow cells end 4-7 s earlier
+#: different amount in each run. At 1.15, ONNX exports at 50%, 60 s, seeds 0-2 (one core each,
+#: the same cells side by side): mean overhead resnet18_b32 16.2% -> 14.4%,
+#: torch_transformer_train 10.6% -> 9.3%, mobilenet_v2_b1 9.9% -> 9.6%, torch_resnet_train
+#: 11.2% -> 12.0%; the slow cells end 4-7 s earlier
 SOFT_WORK = 1.15
 #: the exact peak's kernel runs at this multiple of --rate, the soft peak's at SOFT_SPEED: one core
 #: of this machine, ONNX exports of 116-951 operators at 50/70%, 30 s: 1.57-2.69M and 631-746k
@@ -204,10 +204,10 @@ class FastSA(Solver):
             int,
             0,
             "rounds of both stages in sequence, round k with seed + 1000k, an even one with the "
-            "cheapest schedule so far as its hint (0: one whole round of --iterations + --iterations2, then shorter "
-            "ones while the time limit holds them at --rate and what the rounds' iterations leave "
-            "of it at the kernels' speeds (the operators / 1,500 of a round, at least a quarter), "
-            "at most 16 rounds in all; one without a limit)",
+            "cheapest schedule so far as its hint (0: one whole round of --iterations + "
+            "--iterations2, then shorter ones while the time limit holds them at --rate and what "
+            "the rounds' iterations leave of it at the kernels' speeds (the operators / 1,500 of a "
+            "round, at least a quarter), at most 16 rounds in all; one without a limit)",
             low=0,
             high=1000,
         ),
@@ -303,7 +303,8 @@ class FastSA(Solver):
         run.p_rotate = min(1.0, max(0.0, float(p["rotate_share"])))
         run.chain_max = 0 if no_rec else int(p["chain"])
         run.tight_after = min(1.0, max(0.0, float(p["tight_after"])))
-        run.greedy = {} if greedy is None else greedy
+        if greedy is not None:
+            run.greedy = greedy
         # the seconds the second stage needs at the assumed rate, with a margin for polish and a
         # machine slower than the rate: what greedy's start leaves of the time
         run.reserve = 1.5 * n2 / float(p["rate"])

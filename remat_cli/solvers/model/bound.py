@@ -127,10 +127,11 @@ class CutNetwork:
         """The fewest bytes resident while v runs, over every order that runs the operators of
         the bitset `before` (closed under ancestors) before v and those of `after` (closed under
         descendants) after it."""
-        if not before and not after and v in self._plain:
+        plain = not before and not after
+        if plain and v in self._plain:
             return self._plain[v]
         value = self._solve(v, before, after)
-        if not before and not after:
+        if plain:
             self._plain[v] = value
         return value
 

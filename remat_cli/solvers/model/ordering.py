@@ -195,8 +195,9 @@ def pair_descent(
         moves = [(u, v) for u in pair if net.independent(u, v)]
         for a, b in [m for u, w in moves for m in ((u, w), (w, u))]:
             moved = pair_move(p, best, a, b, deadline, net)
-            if p.peak(moved) < best_peak:
-                best, best_peak = moved, p.peak(moved)
+            peak = p.peak(moved)
+            if peak < best_peak:
+                best, best_peak = moved, peak
                 break
         else:
             return best

@@ -18,7 +18,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import from_onnx_file
+from remat_cli.importers.onnx import fit_ir_version, from_onnx_file, runtime_ir_version
 from remat_cli.runner import build_schedule, run_solver
 from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
 from remat_cli.runtime.cli_command import export_torch_command, run_command
@@ -249,6 +249,26 @@ def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
         run_schedule(MLP, mlp, checkpoint_all(other), repeat=1, warmup=0)
 
 
+@pytest.mark.parametrize("mode", ["session", "interpret"])
+def test_a_model_newer_than_onnxruntime_loads_is_replayed_at_the_ir_it_loads(
+    tmp_path: Path, mode: str
+) -> None:
+    """onnxruntime-gpu 1.31 loads IR 13 at most while onnx 1.23 writes IR 14 (seen on an H200
+    machine); the model here is one IR version past what this onnxruntime loads."""
+    limit = runtime_ir_version()
+    with pytest.raises(Exception, match="IR version"):  # the premise: onnxruntime refuses it
+        too_new = onnx.load(str(MLP))
+        too_new.ir_version = limit + 1
+        ort.InferenceSession(too_new.SerializeToString(), providers=["CPUExecutionProvider"])
+    path = tmp_path / "newer_ir.onnx"
+    onnx.save(too_new, path)
+    graph = from_onnx_file(path)
+    rep = run_schedule(path, graph, checkpoint_all(graph), mode=mode, repeat=1, warmup=0)
+    assert rep.outputs_match
+    assert any(f"IR version {limit + 1} lowered to {limit}" in n for n in rep.notes)
+    assert fit_ir_version(too_new).ir_version == limit and too_new.ir_version == limit + 1
+
+
 def test_a_scalar_initializer_keeps_rank_zero_in_interpret_mode(tmp_path: Path) -> None:
     """y[:, -1] as torch.onnx's dynamo exporter writes it: Gather with a scalar index drops the
     axis. Fed as a 1-element vector (np.ascontiguousarray makes 0-d arrays 1-d) the Gather kept
@@ -338,7 +358,9 @@ def test_a_graph_of_empty_tensors_prints_its_table(tmp_path: Path) -> None:
     predicted' row divided by it (an internal error, exit 3)."""
     x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [0, 8])
     y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [0, 8])
-    model = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    # opset 17: onnx's newest opset can be newer than onnxruntime runs (onnxruntime-gpu lags)
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
     path, sched_path = tmp_path / "empty.onnx", tmp_path / "s.json"
     onnx.save(model, path)
     sched_path.write_text(checkpoint_all(from_onnx_file(path)).to_json())

@@ -36,6 +36,7 @@ import onnx
 from pydantic import BaseModel
 
 from remat_cli.graph import Graph
+from remat_cli.importers.onnx import fit_ir_version
 from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
 from remat_cli.runtime.report import RunReport, _compare, _mb, _measured, _predicted, _report
@@ -97,8 +98,12 @@ def transfer(value, source: Placement, target: Placement):
     host: onnxruntime's Python API has no device-to-device copy."""
     import onnxruntime as ort
 
-    arr = value.numpy()  # from a GPU a new host array; on the CPU a view of the same buffer
-    if source.kind == "cpu" and target.kind == "cpu":
+    # From device memory a new host array; from host memory a view of the same buffer, which
+    # dies with `value`. Where the value lives is asked of the value, not of `source`: on an H200
+    # a CUDA session's plain run returned host OrtValues, and the view of one freed at the copy's
+    # source (free steps) turned the output into garbage.
+    arr = value.numpy()
+    if value.device_name().lower() == "cpu" and target.kind == "cpu":
         arr = np.array(arr, copy=True)
     return ort.OrtValue.ortvalue_from_numpy(np.require(arr, requirements="C"), target.kind, target.index)
 
@@ -236,7 +241,7 @@ def run_on_devices(
         raise ModelMismatch(f"the schedule does not fit this graph: {e}") from None
     base_steps = baseline_steps(graph)
     base_sim = simulate(graph, base_steps)
-    model = onnx.load(str(model_path))
+    model = fit_ir_version(onnx.load(str(model_path)))
     feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
     engine = DeviceInterpreter(model, graph, [schedule.steps, base_steps], threads=threads)
     run, ref = alternate(

@@ -60,7 +60,7 @@ class Interpreter:
         self.device_id = device_id if provider == "cuda" else 0
         table = node_table(model, graph)
         types = elem_types(model)
-        providers = cuda_providers(None) if provider == "cuda" else ["CPUExecutionProvider"]
+        providers = cuda_providers() if provider == "cuda" else ["CPUExecutionProvider"]
         if provider == "cuda":
             providers[0][1]["device_id"] = str(device_id)
         so = ort.SessionOptions()
@@ -152,7 +152,18 @@ class Interpreter:
         if node in self.drawn:
             return self.drawn[node]
         sess, _, outs = self.sessions[node]
-        produced = sess.run_with_ort_values(outs, dict(feeds))
+        if self.device == "cuda":
+            # A plain run returns host OrtValues even from a CUDA session (seen on an H200):
+            # bound outputs stay in device memory, where the next node reads them.
+            binding = sess.io_binding()
+            for name, v in feeds.items():
+                binding.bind_ortvalue_input(name, v)
+            for o in outs:
+                binding.bind_output(o, "cuda", self.device_id)
+            sess.run_with_iobinding(binding)
+            produced = binding.get_outputs()
+        else:
+            produced = sess.run_with_ort_values(outs, dict(feeds))
         if node in self.random:
             self.drawn[node] = produced
         return produced

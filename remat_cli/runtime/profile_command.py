@@ -46,6 +46,7 @@ def profile_command(
     import onnx
 
     from remat_cli.cli_common import BadInput, emit, err, fail, friendly_errors, read_graph
+    from remat_cli.importers.onnx import fit_ir_version
     from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable
     from remat_cli.runtime.device_profile import parse_devices, profile_devices
 
@@ -57,7 +58,9 @@ def profile_command(
             raise BadInput(str(e)) from None
         graph = read_graph(model_path, input_shapes, batch, cost)
         try:
-            prof = profile_devices(onnx.load(model_path), graph, ids, runs=runs, threads=threads, seed=seed)
+            prof = profile_devices(
+                fit_ir_version(onnx.load(model_path)), graph, ids, runs=runs, threads=threads, seed=seed
+            )
         except (RuntimeUnavailable, ModelMismatch) as e:
             raise BadInput(str(e)) from None
         except RunFailed as e:

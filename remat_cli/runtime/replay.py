@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import MIN_OPSET, upgrade_opset
+from remat_cli.importers.onnx import MIN_OPSET, fit_ir_version, upgrade_opset
 from remat_cli.runtime import interpret as interp
 from remat_cli.runtime import session
 from remat_cli.runtime.model import (
@@ -68,7 +68,7 @@ def run_schedule(
     ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
     Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch (the
     schedule's steps do not fit the graph, or the graph's nodes are not the model's), RunFailed
-    (onnxruntime failed, e.g. on CUDA the budget as gpu_mem_limit was exceeded).
+    (onnxruntime failed, e.g. a kernel it lacks).
     """
     if provider not in ("cpu", "cuda"):
         raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
@@ -102,6 +102,12 @@ def run_schedule(
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ModelMismatch(f"{model_path} is not an ONNX model (remat run replays ONNX): {first}") from None
     model, old_opset = upgrade_opset(loaded)
+    model = fit_ir_version(model)
+    if model.ir_version < loaded.ir_version:
+        notes.append(
+            f"the model's IR version {loaded.ir_version} lowered to {model.ir_version}, the newest "
+            "this onnxruntime loads"
+        )
     if old_opset is not None:
         notes.append(
             f"the scheduled run is the model upgraded from opset {old_opset} to {MIN_OPSET}; "
@@ -133,23 +139,20 @@ def run_schedule(
         unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
         out_a, out_b = run.outputs, ref.outputs
         if old_opset is not None:  # the original model too, not only the upgraded baseline
-            original = _run_original(model_path, feeds, threads)
+            fitted = fit_ir_version(loaded)
+            source = str(model_path) if fitted is loaded else fitted.SerializeToString()
+            original = _run_original(source, feeds, threads)
         notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
         if schedule.memory_plan is not None and provider == "cpu":
             arena_report = _arena_check(engine, schedule, feeds, ref.outputs, model)
     else:
-        budget_limit = None
-        if provider == "cuda" and schedule.budget is not None:
-            # Inputs sit on the device outside the arena, so the arena gets what is left.
-            budget_limit = max(schedule.budget - resident, 1)
-            notes.append(f"CUDA arena capped at gpu_mem_limit = budget - resident = {budget_limit} bytes")
         with tempfile.TemporaryDirectory(prefix="remat-run-") as tmp:
             d = Path(tmp)
             np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(model)})
             sched_path = d / "scheduled.onnx"
             onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
             ref_path = model_path
-            if seeded:  # the unscheduled run draws with the same seeds
+            if seeded or model.ir_version < loaded.ir_version:  # same seeds, a loadable IR
                 ref_path = d / "unscheduled.onnx"
                 onnx.save(model, str(ref_path))
             run_m, ref_m = session.measure(
@@ -159,7 +162,6 @@ def run_schedule(
                 threads=threads,
                 warmup=warmup,
                 repeat=repeat,
-                gpu_mem_limits=[budget_limit, None],
                 check_order=[check_order, False],
             )
             out_a = _load(d / "scheduled_out.npz")
@@ -175,7 +177,9 @@ def run_schedule(
                 notes.append(
                     "onnxruntime did not run the schedule's node order: the measurement is not valid"
                 )
-        where = "device" if provider == "cuda" else "process high-water mark"
+        where = (
+            "what the CUDA arena reserved on the device" if provider == "cuda" else "process high-water mark"
+        )
         notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
     names = [o.name for o in model.graph.output]
     exact = provider == "cpu"
@@ -211,13 +215,15 @@ def run_schedule(
     )
 
 
-def _run_original(model_path: Path, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
-    """The original model's outputs, one plain onnxruntime CPU run."""
+def _run_original(
+    source: str | bytes, feeds: Mapping[str, np.ndarray], threads: int
+) -> dict[str, np.ndarray]:
+    """The original model's outputs (a path, or the model's bytes), one plain onnxruntime CPU run."""
     import onnxruntime as ort
 
     try:
         sess = ort.InferenceSession(
-            str(model_path), session.session_options(threads), providers=["CPUExecutionProvider"]
+            source, session.session_options(threads), providers=["CPUExecutionProvider"]
         )
         names = [o.name for o in sess.get_outputs()]
         wanted = {i.name for i in sess.get_inputs()}

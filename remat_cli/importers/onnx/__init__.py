@@ -52,8 +52,10 @@ from remat_cli.importers.onnx.reading import (
     _check_is_model,
     _inline_small_int_initializers,
     check_external_data,
+    fit_ir_version,
     looks_like_onnx_json,
     read_model,
+    runtime_ir_version,
     upgrade_opset,
 )
 from remat_cli.importers.onnx.shapes import (
@@ -79,6 +81,7 @@ __all__ = [
     "SMALL_INT_ELEMENTS",
     "VIEW_OPS",
     "check_external_data",
+    "fit_ir_version",
     "dtype_name",
     "from_onnx_file",
     "from_onnx_json",
@@ -87,6 +90,7 @@ __all__ = [
     "node_flops",
     "onnx_node_ids",
     "read_model",
+    "runtime_ir_version",
     "tensor_bytes",
     "upgrade_opset",
 ]

@@ -32,6 +32,7 @@ from remat_cli.importers.onnx.common import (
     PROFILE_KEEP_INT_BYTES,
     VIEW_OPS,
 )
+from remat_cli.importers.onnx.reading import runtime_ir_version
 from remat_cli.importers.onnx.shapes import _TensorType
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ def _profile(
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
-    ir_version = max(7, min(m.ir_version, 13))
+    ir_version = max(7, min(m.ir_version, runtime_ir_version()))
     costs: dict[str, float] = {}
 
     def array(name: str) -> np.ndarray:

@@ -103,6 +103,54 @@ def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
     return new, old
 
 
+_RUNTIME_IR: list[int] = []
+
+
+def runtime_ir_version() -> int:
+    """The newest ONNX IR version the installed onnxruntime loads.
+
+    onnx and onnxruntime are released apart, and onnxruntime-gpu lags onnxruntime: measured on
+    an H200 machine with onnx 1.23.1 (writes IR 14) and onnxruntime-gpu 1.31.1, which loads IR 13
+    at most, so every model onnx's helpers built failed to load. onnxruntime has no call that says
+    its limit; a one-node model at onnx's own IR version is loaded once, and the limit is read
+    from the refusal ("max supported IR version: N").
+    """
+    if not _RUNTIME_IR:
+        import re
+
+        import onnx
+        import onnxruntime as ort
+
+        x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+        probe = oh.make_model(
+            oh.make_graph([oh.make_node("Identity", ["x"], ["y"])], "probe", [x], [y]),
+            opset_imports=[oh.make_opsetid("", MIN_OPSET)],
+            ir_version=onnx.IR_VERSION,
+        )
+        version = onnx.IR_VERSION
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime's own exception types
+            found = re.search(r"max supported IR version: (\d+)", str(e))
+            if found:
+                version = int(found.group(1))
+        _RUNTIME_IR.append(version)
+    return _RUNTIME_IR[0]
+
+
+def fit_ir_version(model: ModelProto) -> ModelProto:
+    """`model` itself, or a copy at the newest IR version onnxruntime loads when the model's is
+    newer (never below the version its opsets need; onnxruntime then names what it lacks)."""
+    limit = max(runtime_ir_version(), oh.find_min_ir_version_for(list(model.opset_import), True))
+    if model.ir_version <= limit:
+        return model
+    fitted = ModelProto()
+    fitted.CopyFrom(model)
+    fitted.ir_version = limit
+    return fitted
+
+
 def _converter_culprit(model: ModelProto, old: int, e: Exception) -> str:
     """The operator the converter stopped at: each op type is converted alone in a one-node
     model (the converter's message names an adapter, not always the op), else its message."""

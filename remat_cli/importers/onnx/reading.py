@@ -13,6 +13,7 @@ old opsets.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -103,9 +104,7 @@ def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
     return new, old
 
 
-_RUNTIME_IR: list[int] = []
-
-
+@functools.cache
 def runtime_ir_version() -> int:
     """The newest ONNX IR version the installed onnxruntime loads.
 
@@ -115,28 +114,26 @@ def runtime_ir_version() -> int:
     its limit; a one-node model at onnx's own IR version is loaded once, and the limit is read
     from the refusal ("max supported IR version: N").
     """
-    if not _RUNTIME_IR:
-        import re
+    import re
 
-        import onnx
-        import onnxruntime as ort
+    import onnx
+    import onnxruntime as ort
 
-        x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-        y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-        probe = oh.make_model(
-            oh.make_graph([oh.make_node("Identity", ["x"], ["y"])], "probe", [x], [y]),
-            opset_imports=[oh.make_opsetid("", MIN_OPSET)],
-            ir_version=onnx.IR_VERSION,
-        )
-        version = onnx.IR_VERSION
-        try:
-            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime's own exception types
-            found = re.search(r"max supported IR version: (\d+)", str(e))
-            if found:
-                version = int(found.group(1))
-        _RUNTIME_IR.append(version)
-    return _RUNTIME_IR[0]
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    probe = oh.make_model(
+        oh.make_graph([oh.make_node("Identity", ["x"], ["y"])], "probe", [x], [y]),
+        opset_imports=[oh.make_opsetid("", MIN_OPSET)],
+        ir_version=onnx.IR_VERSION,
+    )
+    version = onnx.IR_VERSION
+    try:
+        ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own exception types
+        found = re.search(r"max supported IR version: (\d+)", str(e))
+        if found:
+            version = int(found.group(1))
+    return version
 
 
 def fit_ir_version(model: ModelProto) -> ModelProto:

@@ -19,6 +19,7 @@ from onnx import helper as oh
 
 from remat_cli.cli import main
 from remat_cli.generators import linear
+from remat_cli.runtime.session import CUDA_INSTALL, cuda_install_hint
 
 
 def invoke(*args: str | Path) -> tuple[int, str, list[str]]:
@@ -92,9 +93,23 @@ def test_generator_arguments_that_make_no_graph() -> None:
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="onnxruntime-gpu is installed here"
 )
-def test_cuda_without_onnxruntime_gpu_names_the_extra(files: dict[str, Path]) -> None:
+def test_cuda_without_onnxruntime_gpu_says_how_to_install_it(files: dict[str, Path]) -> None:
     line = bad_input("run", files["model"], files["ms"], "--provider", "cuda", "--repeat", "1")
-    assert "pip install 'remat-cli[gpu]'" in line
+    assert CUDA_INSTALL in line and "in place of onnxruntime" in line
+
+
+def test_both_onnxruntime_packages_installed_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip install of onnxruntime and onnxruntime-gpu together imports the CPU module (seen with
+    1.32.0 and 1.31.1): the hint names that state, not 'install onnxruntime-gpu' again."""
+    from importlib import metadata
+
+    real = metadata.distribution
+
+    def distribution(name: str):
+        return real("onnxruntime") if name == "onnxruntime-gpu" else real(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    assert cuda_install_hint().startswith("onnxruntime and onnxruntime-gpu are both installed")
 
 
 def test_export_torch_without_torch_or_with_a_failing_factory(tmp_path: Path) -> None:

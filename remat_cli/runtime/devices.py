@@ -40,7 +40,7 @@ from remat_cli.importers.onnx import fit_ir_version
 from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
 from remat_cli.runtime.report import RunReport, _compare, _mb, _measured, _predicted, _report
-from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
+from remat_cli.runtime.session import RunFailed, RuntimeUnavailable, cuda_install_hint
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, simulate
 
 #: device kind -> the onnxruntime provider that runs it
@@ -86,8 +86,7 @@ def place(device: str, kind: str | None = None) -> Placement:
     if PROVIDERS[kind] not in available:
         raise RuntimeUnavailable(
             f"device {device!r} (kind {kind}) needs onnxruntime's {PROVIDERS[kind]}, which is not "
-            f"available here (providers: {', '.join(available)}); for CUDA install onnxruntime-gpu "
-            "(pip install 'remat-cli[gpu]') and run on a machine with an NVIDIA GPU"
+            f"available here (providers: {', '.join(available)}); for CUDA {cuda_install_hint()}"
         )
     index = int(suffix) if kind == "cuda" and suffix.isdigit() else 0
     return Placement(device, kind, index)

@@ -87,6 +87,29 @@ def session_options(threads: int = 1, profile_prefix: str | None = None):  # -> 
     return so
 
 
+#: onnxruntime-gpu ships the same ``onnxruntime`` module as onnxruntime: with both installed the
+#: CPU one is imported (seen with pip install of both, onnxruntime 1.32.0 and -gpu 1.31.1)
+CUDA_INSTALL = "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+
+
+def cuda_install_hint() -> str:
+    """How to get the CUDA provider here: both packages installed is its own case."""
+    from importlib import metadata
+
+    def installed(name: str) -> bool:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            return False
+        return True
+
+    if installed("onnxruntime") and installed("onnxruntime-gpu"):
+        return (
+            f"onnxruntime and onnxruntime-gpu are both installed and the CPU one is imported: {CUDA_INSTALL}"
+        )
+    return f"install onnxruntime-gpu in place of onnxruntime ({CUDA_INSTALL}) on a machine with an NVIDIA GPU"
+
+
 def cuda_providers() -> list:
     """The CUDA provider with an arena that grows by exactly what is asked, and float32 matmuls
     and convolutions in float32. Raises RuntimeUnavailable when onnxruntime-gpu or a GPU is missing."""
@@ -94,8 +117,7 @@ def cuda_providers() -> list:
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise RuntimeUnavailable(
-            "the CUDA provider is not available: install onnxruntime-gpu (pip install 'remat-cli[gpu]') "
-            f"in place of onnxruntime {ort.__version__} and run on a machine with an NVIDIA GPU"
+            f"the CUDA provider is not available in onnxruntime {ort.__version__}: {cuda_install_hint()}"
         )
     # cuDNN may otherwise pick algorithms by the largest workspace the arena can give. TF32 (a
     # 10-bit mantissa) is the provider's default; with it off, a two-MatMul chain's outputs were

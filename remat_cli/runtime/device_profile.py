@@ -148,7 +148,8 @@ def profile_devices(
     seed: int = 0,
 ) -> DeviceProfile:
     """`graph` (the import of `model`) with `devices`: the first is home; those whose provider is
-    missing are left out and named in ``unavailable``. RuntimeUnavailable when none is left."""
+    missing, or listed but unable to start (onnxruntime-gpu on a machine without a GPU or CUDA
+    libraries), are left out and named in ``unavailable``. RuntimeUnavailable when none is left."""
     placed: list[Placement] = []
     unavailable: dict[str, str] = {}
     for d in devices:
@@ -156,13 +157,21 @@ def profile_devices(
             placed.append(place(d))
         except RuntimeUnavailable as e:
             unavailable[d] = str(e)
+    none_left = "no requested device can run here: "
     if not placed:
-        raise RuntimeUnavailable("no requested device can run here: " + "; ".join(unavailable.values()))
+        raise RuntimeUnavailable(none_left + "; ".join(unavailable.values()))
     feeds = make_inputs(model, seed=seed, graph=graph)
     by_key: dict[tuple[str, int], dict[str, float]] = {}
     for p in placed:
-        if p.key not in by_key:
+        if p.key in by_key or p.device in unavailable:
+            continue
+        try:
             by_key[p.key] = node_times(model, graph, p, feeds, runs=runs, threads=threads)
+        except RuntimeUnavailable as e:  # listed, but it cannot start (onnxruntime-gpu, no GPU)
+            unavailable.update({q.device: str(e) for q in placed if q.key == p.key})
+    placed = [p for p in placed if p.key in by_key]
+    if not placed:
+        raise RuntimeUnavailable(none_left + "; ".join(unavailable.values()))
     # Sizes up to the graph's largest tensor: a fresh buffer of 32 MiB costs page faults a model
     # of small tensors never pays.
     largest = max((v.size for v in graph.values), default=0)

@@ -228,13 +228,13 @@ def test_bad_devices_and_modes_exit_2(model: Path, graph: Graph, tmp_path: Path)
         assert res.exit_code == 0, res.output
 
 
-def test_a_copy_from_host_memory_takes_its_own_buffer_whatever_the_source_device() -> None:
-    """On an H200 a CUDA session's plain run returned host OrtValues; the copy to the CPU kept a
-    view of one, the free step at the source dropped it, and the replay's output was garbage
-    (max difference 7e5). The copy must own its buffer whenever the value is in host memory."""
+def test_a_copy_from_host_memory_takes_its_own_buffer() -> None:
+    """On an H200 a CUDA session's plain run returned host OrtValues; the copy to the CPU, judged
+    by the device the value was placed on (cuda), kept a view of one, the free step at the source
+    dropped it, and the replay's output was garbage (max difference 7e5). The copy must own its
+    buffer whenever the value is in host memory, whichever device it was placed on."""
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     value = ort.OrtValue.ortvalue_from_numpy(a.copy())
-    for source in (Placement("cuda:0", "cuda", 0), Placement("cpu1", "cpu")):
-        copied = transfer(value, source, Placement("cpu0", "cpu"))
-        assert not np.shares_memory(copied.numpy(), value.numpy()), source
-        assert np.array_equal(copied.numpy(), a)
+    copied = transfer(value, Placement("cpu0", "cpu"))
+    assert not np.shares_memory(copied.numpy(), value.numpy())
+    assert np.array_equal(copied.numpy(), a)

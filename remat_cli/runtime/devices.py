@@ -92,15 +92,15 @@ def place(device: str, kind: str | None = None) -> Placement:
     return Placement(device, kind, index)
 
 
-def transfer(value, source: Placement, target: Placement):
-    """A copy of the OrtValue `value` (on `source`) as a new buffer on `target`, through the
-    host: onnxruntime's Python API has no device-to-device copy."""
+def transfer(value, target: Placement):
+    """A copy of the OrtValue `value` as a new buffer on `target`, through the host:
+    onnxruntime's Python API has no device-to-device copy."""
     import onnxruntime as ort
 
     # From device memory a new host array; from host memory a view of the same buffer, which
-    # dies with `value`. Where the value lives is asked of the value, not of `source`: on an H200
-    # a CUDA session's plain run returned host OrtValues, and the view of one freed at the copy's
-    # source (free steps) turned the output into garbage.
+    # dies with `value`. Where the value lives is asked of the value, not of the device it was
+    # placed on: on an H200 a CUDA session's plain run returned host OrtValues, and the view of
+    # one freed by the next free step turned the output into garbage.
     arr = value.numpy()
     if value.device_name().lower() == "cpu" and target.kind == "cpu":
         arr = np.array(arr, copy=True)
@@ -130,9 +130,9 @@ class DeviceInterpreter:
     def engine(self, device: str) -> Interpreter:
         return self.engines[self.place[device].key]
 
-    def transfer(self, value, source: str, target: str):
-        """A copy of the OrtValue `value` (on `source`) as a new buffer on `target`."""
-        return transfer(value, self.place[source], self.place[target])
+    def transfer(self, value, target: str):
+        """A copy of the OrtValue `value` as a new buffer on `target`."""
+        return transfer(value, self.place[target])
 
     def replay(
         self, steps: Sequence[Step], feeds: Mapping[str, np.ndarray]
@@ -160,7 +160,7 @@ class DeviceInterpreter:
                 a, b, name = step.source or self.home, step.target or self.home, step.value or ""
                 if name not in live[a]:
                     raise RunFailed(f"step {k}: copying {name!r} from {a!r}, where it is not live")
-                val = self.transfer(live[a][name], a, b)
+                val = self.transfer(live[a][name], b)
                 n = self.engine(b)._bytes("", val)  # a real buffer, even for a view
                 if name in self.views:
                     view_copies += n

@@ -103,7 +103,8 @@ def run_schedule(
         raise ModelMismatch(f"{model_path} is not an ONNX model (remat run replays ONNX): {first}") from None
     model, old_opset = upgrade_opset(loaded)
     model = fit_ir_version(model)
-    if model.ir_version < loaded.ir_version:
+    ir_lowered = model.ir_version < loaded.ir_version
+    if ir_lowered:
         notes.append(
             f"the model's IR version {loaded.ir_version} lowered to {model.ir_version}, the newest "
             "this onnxruntime loads"
@@ -152,7 +153,7 @@ def run_schedule(
             sched_path = d / "scheduled.onnx"
             onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
             ref_path = model_path
-            if seeded or model.ir_version < loaded.ir_version:  # same seeds, a loadable IR
+            if seeded or ir_lowered:  # the same seeds, a loadable IR version
                 ref_path = d / "unscheduled.onnx"
                 onnx.save(model, str(ref_path))
             run_m, ref_m = session.measure(

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx.inliner
 import torch
@@ -33,7 +34,7 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from remat_cli.importers.notes import NotCompared
+from remat_cli.importers.notes import Float32Rounding, NotCompared
 from remat_cli.importers.onnx import draws_random
 
 aten = torch.ops.aten
@@ -315,10 +316,17 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     proto.graph.name = f"{name}-train"
     onnx.checker.check_model(proto, full_check=True)
     path = Path(path)
-    onnx.save(proto, path)
-    if check:
-        random = sorted({n.op_type for n in proto.graph.node if draws_random(n)})
-        _check_against_autograd(path, model, loss_fn, params, xs, y, random)
+    # checked under a temporary name: an export that fails its check leaves no file (nor
+    # replaces one from before)
+    draft = path.with_name(f".{path.name}.unchecked")
+    onnx.save(proto, draft)
+    try:
+        if check:
+            random = sorted({n.op_type for n in proto.graph.node if draws_random(n)})
+            _check_against_autograd(draft, model, loss_fn, params, xs, y, random, path.name)
+        draft.replace(path)
+    finally:
+        draft.unlink(missing_ok=True)
     return path
 
 
@@ -330,11 +338,12 @@ def _check_against_autograd(
     xs: tuple[torch.Tensor, ...],
     y: torch.Tensor,
     random: list[str],
+    name: str,
 ) -> None:
     """The exported graph must give torch autograd's loss and gradients (one intra-op thread:
     onnxruntime's ScatterND/ScatterElements with reduction=add loses updates on more). With
-    `random` (the op types of the graph that draw random numbers) only their shapes can agree."""
-    import numpy as np
+    `random` (the op types of the graph that draw random numbers) only their shapes can agree.
+    `name`: the file's name in the messages."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -352,23 +361,117 @@ def _check_against_autograd(
         # generators: the values cannot agree, so only the outputs' shapes are compared
         for o, g, w in zip(sess.get_outputs(), got, want, strict=True):
             if g.shape != w.shape or not np.isfinite(g).all():
-                raise AssertionError(
-                    f"{path.name}: output {o.name} has shape {g.shape}, autograd's {w.shape}"
-                )
+                raise AssertionError(f"{name}: output {o.name} has shape {g.shape}, autograd's {w.shape}")
         warnings.warn(
             NotCompared(f"the step draws random numbers ({', '.join(random)}, e.g. Dropout): only the "
                         "shapes of its loss and gradients were compared with torch autograd"),
             stacklevel=3,
         )  # fmt: skip
         return
-    # a gradient that is zero in exact arithmetic (a bias before BatchNorm) is float noise in
-    # both: its error is measured against the largest output too, not only against itself
-    largest = max(float(np.abs(w).max()) for w in want)
     for o, g, w in zip(sess.get_outputs(), got, want, strict=True):
+        if g.shape != w.shape:
+            raise AssertionError(f"{name}: output {o.name} has shape {g.shape}, autograd's {w.shape}")
+    worst = _worst_difference(got, want, FLOAT32_MATCH)
+    if worst is None:
+        return
+    err, k = worst
+    outputs = [o.name for o in sess.get_outputs()]
+    # Two float32 runs that sum in another order can differ by more than 1e-3 and both be right:
+    # DenseNet (batch 16) on onnxruntime is 1.3e-2 from torch on the weight gradient of a 1x1
+    # convolution, which torch's float64 result says is rounding (torch's own float32 result
+    # is 1e-6 from it). So the graph itself is judged in float64: onnx's reference evaluator
+    # (numpy; 8 s for that DenseNet step) against torch's float64 autograd, where rounding is
+    # 1e-12 and an exporter's mistake stays what it is
+    exact = _float64_difference(path, model, loss_fn, params, xs, y)
+    if exact != "equal":
+        why = f"; in float64 {exact[0]:.2e} (on {outputs[exact[1]]})" if exact else ""
+        raise AssertionError(f"{name}: output {outputs[k]} differs from autograd (rel. error {err:.2e}{why})")
+    warnings.warn(
+        Float32Rounding(f"onnxruntime's float32 result differs from torch autograd's by up to {err:.1e} "
+                        f"({outputs[k]}): float32 rounding, since in float64 the exported graph matches "
+                        f"torch autograd within {FLOAT64_MATCH[0]:g}"),
+        stacklevel=3,
+    )  # fmt: skip
+
+
+#: (relative error, share of the largest output) within which the loss and gradients agree: in
+#: float32, and in float64 (DenseNet, batch 16: 3e-12)
+FLOAT32_MATCH, FLOAT64_MATCH = (1e-3, 1e-5), (1e-7, 1e-10)
+
+
+def _worst_difference(
+    got: list[np.ndarray], want: list[np.ndarray], match: tuple[float, float]
+) -> tuple[float, int] | None:
+    """The largest relative error of `got` against `want` and its output's index, None when every
+    output agrees: within match[0] of its own largest entry, or within match[1] of the largest
+    entry of all outputs (a gradient that is zero in exact arithmetic is noise in both)."""
+    tol, share = match
+    largest = max(float(np.abs(w).max()) for w in want)
+    worst: tuple[float, int] | None = None
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
         scale = max(float(np.abs(w).max()), 1e-6)
         err = float(np.abs(g - w).max()) / scale
-        if g.shape != w.shape or (err > 1e-3 and err * scale > 1e-5 * largest):
-            raise AssertionError(f"{path.name}: output {o.name} differs from autograd (rel. error {err:.2e})")
+        if err > tol and err * scale > share * largest and (worst is None or err > worst[0]):
+            worst = (err, k)
+    return worst
+
+
+def _float64_difference(
+    path: Path,
+    model: nn.Module,
+    loss_fn: Callable,
+    params: list[torch.Tensor],
+    xs: tuple[torch.Tensor, ...],
+    y: torch.Tensor,
+) -> tuple[float, int] | str | None:
+    """The exported graph at `path` evaluated in float64 by onnx's reference evaluator against a
+    float64 copy of the model under torch autograd: "equal" within ``FLOAT64_MATCH``, else the
+    largest relative error and its output's index (`_worst_difference`); None when either cannot
+    run in float64."""
+    import copy
+
+    from onnx.reference import ReferenceEvaluator
+
+    def wide(t: torch.Tensor) -> torch.Tensor:
+        return t.double() if t.is_floating_point() else t
+
+    try:
+        twin = copy.deepcopy(model).double()
+        twin.zero_grad()
+        with sdpa_kernel(SDPBackend.MATH):
+            loss = loss_fn(twin(*map(wide, xs)), wide(y))
+        loss.backward()
+        want = [loss.detach().numpy(), *(p.grad.numpy() for p in twin.parameters())]
+        proto = _as_float64(onnx.load(path))
+        names = [i.name for i in proto.graph.input]
+        feeds = {n: wide(t).numpy() for n, t in zip(names, [*params, *xs, y], strict=True)}
+        got = ReferenceEvaluator(proto).run(None, feeds)
+    except Exception:  # an op without a float64 kernel in either: the float32 verdict stands
+        return None
+    return _worst_difference(got, want, FLOAT64_MATCH) or "equal"
+
+
+def _as_float64(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The same graph with every float32 tensor, type and cast made float64."""
+    from onnx import AttributeProto, TensorProto, numpy_helper
+
+    def widen(t: onnx.TensorProto) -> None:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+    g = proto.graph
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for t in g.initializer:
+        widen(t)
+    for node in g.node:
+        for a in node.attribute:
+            if a.name in ("to", "dtype") and a.type == AttributeProto.INT and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.DOUBLE
+            elif a.type == AttributeProto.TENSOR:
+                widen(a.t)
+    return proto
 
 
 def _unique_names(proto: onnx.ModelProto) -> onnx.ModelProto:

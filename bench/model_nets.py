@@ -191,9 +191,190 @@ class ViT(nn.Module):
         return self.head(self.ln(h).mean(1))
 
 
-def _images(batch: int):
+# held-out architectures (stop 39): dense concatenation, depthwise 7x7 + LayerNorm + GELU,
+# squeeze-excite with SiLU, token-mixing MLPs, a pre-norm BERT encoder with GELU
+class Dense(nn.Module):
+    def __init__(self, growth=16, layers=(4, 4, 4)):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1, bias=False)
+        blocks = []
+        c = 32
+        for i, n in enumerate(layers):
+            for _ in range(n):
+                blocks.append(
+                    nn.Sequential(
+                        nn.BatchNorm2d(c),
+                        nn.ReLU(),
+                        nn.Conv2d(c, 4 * growth, 1, bias=False),
+                        nn.BatchNorm2d(4 * growth),
+                        nn.ReLU(),
+                        nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False),
+                    )
+                )
+                c += growth
+            if i < len(layers) - 1:
+                blocks.append(
+                    nn.Sequential(nn.BatchNorm2d(c), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2))
+                )
+                c //= 2
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            if isinstance(b[-1], nn.AvgPool2d):
+                x = b(x)
+            else:
+                x = torch.cat([x, b(x)], 1)
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.ln = nn.LayerNorm(c)
+        self.pw1 = nn.Linear(c, 4 * c)
+        self.pw2 = nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.pw2(F.gelu(self.pw1(self.ln(y)))).permute(0, 3, 1, 2)
+        return x + y
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self, dims=(32, 64, 128), depth=2):
+        super().__init__()
+        layers = [nn.Conv2d(3, dims[0], 4, stride=4)]
+        for i, d in enumerate(dims):
+            layers += [ConvNeXtBlock(d) for _ in range(depth)]
+            if i + 1 < len(dims):
+                layers.append(nn.Conv2d(d, dims[i + 1], 2, stride=2))
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(dims[-1], 10)
+
+    def forward(self, x):
+        return self.head(self.body(x).mean((2, 3)))
+
+
+class SE(nn.Module):
+    def __init__(self, c, r=4):
+        super().__init__()
+        self.a = nn.Conv2d(c, c // r, 1)
+        self.b = nn.Conv2d(c // r, c, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.b(F.silu(self.a(x.mean((2, 3), keepdim=True)))))
+
+
+class MBConv(nn.Module):
+    def __init__(self, cin, cout, stride, expand=4):
+        super().__init__()
+        m = cin * expand
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, m, 1, bias=False),
+            nn.BatchNorm2d(m),
+            nn.SiLU(),
+            nn.Conv2d(m, m, 3, stride, 1, groups=m, bias=False),
+            nn.BatchNorm2d(m),
+            nn.SiLU(),
+            SE(m),
+            nn.Conv2d(m, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
+        self.res = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.res else y
+
+
+class EffNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        cfg = [(16, 24, 2), (24, 24, 1), (24, 40, 2), (40, 40, 1), (40, 80, 2), (80, 80, 1)]
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.SiLU())
+        self.blocks = nn.Sequential(*[MBConv(a, b, s) for a, b, s in cfg])
+        self.head = nn.Linear(80, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class Mixer(nn.Module):
+    def __init__(self, d=128, patches=64, layers=4):
+        super().__init__()
+        self.embed = nn.Conv2d(3, d, 8, stride=8)
+        self.blocks = nn.ModuleList(
+            nn.ModuleList(
+                [
+                    nn.LayerNorm(d),
+                    nn.Linear(patches, 2 * patches),
+                    nn.Linear(2 * patches, patches),
+                    nn.LayerNorm(d),
+                    nn.Linear(d, 4 * d),
+                    nn.Linear(4 * d, d),
+                ]
+            )
+            for _ in range(layers)
+        )
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)  # B, P, d
+        for ln1, t1, t2, ln2, c1, c2 in self.blocks:
+            x = x + t2(F.gelu(t1(ln1(x).transpose(1, 2)))).transpose(1, 2)
+            x = x + c2(F.gelu(c1(ln2(x))))
+        return self.head(x.mean(1))
+
+
+class Bert(nn.Module):
+    def __init__(self, vocab=800, d=192, layers=3, heads=6, t=48):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(1, t, d))
+        enc = nn.TransformerEncoderLayer(
+            d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.enc = nn.TransformerEncoder(enc, layers, enable_nested_tensor=False)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.out(self.enc(self.tok(tokens) + self.pos)).flatten(0, 1)
+
+
+def _densenet_b16():
+    torch.manual_seed(0)
+    return Dense(), _images(16, 32), F.cross_entropy
+
+
+def _convnext_b16():
+    torch.manual_seed(0)
+    return ConvNeXt(), _images(16), F.cross_entropy
+
+
+def _effnet_b16():
+    torch.manual_seed(0)
+    return EffNet(), _images(16, 32), F.cross_entropy
+
+
+def _mixer_b16():
+    torch.manual_seed(0)
+    return Mixer(), _images(16), F.cross_entropy
+
+
+def _bert_b8():
+    torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    return torch.randn(batch, 3, 64, 64, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    x = torch.randint(0, 800, (8, 48), generator=g)
+    return Bert(), (x, torch.randint(0, 800, (8 * 48,), generator=g)), F.cross_entropy
+
+
+def _images(batch: int, side: int = 64):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(batch, 3, side, side, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
 def _spec(net, batch: int):
@@ -228,6 +409,13 @@ SPECS = {
     # added after the others: a decoder with causal attention and a vision transformer
     "vit_b16": lambda: _spec(ViT, 16),
     "gpt_b8": lambda: _gpt(8),
+    # added in stop 39, never tuned on: DenseNet (it exports since the float64 judge of the
+    # export check), ConvNeXt, EfficientNet, MLP-Mixer, BERT
+    "densenet_b16": lambda: _densenet_b16(),
+    "convnext_b16": lambda: _convnext_b16(),
+    "effnet_b16": lambda: _effnet_b16(),
+    "mixer_b16": lambda: _mixer_b16(),
+    "bert_b8": lambda: _bert_b8(),
 }
 globals().update(SPECS)  # `remat export-torch bench/model_nets.py:resnet18_b1`
 

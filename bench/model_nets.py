@@ -345,26 +345,6 @@ class Bert(nn.Module):
         return self.out(self.enc(self.tok(tokens) + self.pos)).flatten(0, 1)
 
 
-def _densenet_b16():
-    torch.manual_seed(0)
-    return Dense(), _images(16, 32), F.cross_entropy
-
-
-def _convnext_b16():
-    torch.manual_seed(0)
-    return ConvNeXt(), _images(16), F.cross_entropy
-
-
-def _effnet_b16():
-    torch.manual_seed(0)
-    return EffNet(), _images(16, 32), F.cross_entropy
-
-
-def _mixer_b16():
-    torch.manual_seed(0)
-    return Mixer(), _images(16), F.cross_entropy
-
-
 def _bert_b8():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -377,9 +357,9 @@ def _images(batch: int, side: int = 64):
     return torch.randn(batch, 3, side, side, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
-def _spec(net, batch: int):
+def _spec(net, batch: int, side: int = 64):
     torch.manual_seed(0)
-    return net(), _images(batch), F.cross_entropy
+    return net(), _images(batch, side), F.cross_entropy
 
 
 def _transformer(batch: int):
@@ -411,11 +391,11 @@ SPECS = {
     "gpt_b8": lambda: _gpt(8),
     # added in stop 39, never tuned on: DenseNet (it exports since the float64 judge of the
     # export check), ConvNeXt, EfficientNet, MLP-Mixer, BERT
-    "densenet_b16": lambda: _densenet_b16(),
-    "convnext_b16": lambda: _convnext_b16(),
-    "effnet_b16": lambda: _effnet_b16(),
-    "mixer_b16": lambda: _mixer_b16(),
-    "bert_b8": lambda: _bert_b8(),
+    "densenet_b16": lambda: _spec(Dense, 16, 32),
+    "convnext_b16": lambda: _spec(ConvNeXt, 16),
+    "effnet_b16": lambda: _spec(EffNet, 16, 32),
+    "mixer_b16": lambda: _spec(Mixer, 16),
+    "bert_b8": _bert_b8,
 }
 globals().update(SPECS)  # `remat export-torch bench/model_nets.py:resnet18_b1`
 

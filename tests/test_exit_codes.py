@@ -40,6 +40,15 @@ def bad_input(*args: str | Path) -> str:
     return err[0]
 
 
+def without_torch(factory: str, out: Path) -> bool:
+    """Where torch or onnxscript is missing (CI installs no extras): True, once export-torch has
+    named the extra to install."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
+        assert "pip install 'remat-cli[torch]'" in bad_input("export-torch", factory, "-o", out)
+        return True
+    return False
+
+
 @pytest.fixture()
 def files(tmp_path: Path) -> dict[str, Path]:
     g = tmp_path / "g.json"
@@ -234,8 +243,7 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
         "    return make(True, 9)\n"
     )
     out = tmp_path / "out.onnx"
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
-        assert "pip install 'remat-cli[torch]'" in bad_input("export-torch", f"{factory}:make", "-o", out)
+    if without_torch(f"{factory}:make", out):
         return
     code, _, err = invoke("export-torch", f"{factory}:make", "-o", out)
     assert code == 0 and out.exists(), err
@@ -257,10 +265,7 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     is checked against torch autograd; with Dropout (random numbers drawn in the graph) only
     the shapes are, and a note says so (the values were 'the export does not match'). A model
     of two inputs (token ids and a mask) takes x as a tuple: loss_fn(model(*x), y)."""
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
-        assert "pip install 'remat-cli[torch]'" in bad_input(
-            "export-torch", "x.py:f", "-o", tmp_path / "o.onnx"
-        )
+    if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
     factory.write_text(
@@ -327,13 +332,12 @@ def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None
         "    return Counted(), (torch.randn(4, 8), torch.tensor([0, 1, 0, 1])), nn.functional.cross_entropy\n"
     )
     out = tmp_path / "out.onnx"
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnxscript") is None:
-        assert "pip install 'remat-cli[torch]'" in bad_input("export-torch", f"{factory}:counted", "-o", out)
+    if without_torch(f"{factory}:counted", out):
         return
     import torch
 
     from remat_cli.importers.notes import Float32Rounding
-    from remat_cli.runtime.torch_export import _check_against_autograd, export_training_graph
+    from remat_cli.runtime.torch_export import _check_against_autograd, _Step, export_training_graph
 
     out.write_bytes(b"from before")
     line = bad_input("export-torch", f"{factory}:counted", "-o", out)
@@ -346,7 +350,7 @@ def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None
     x, y = torch.randn(4, 8), torch.tensor([0, 1, 0, 1])
     loss_fn = torch.nn.functional.cross_entropy
     exact = export_training_graph((net, (x, y), loss_fn), tmp_path / "exact.onnx")
-    params = [p.detach() for p in net.parameters()]
+    step = _Step(net, loss_fn, [p.detach() for p in net.parameters()], (x,), y)
 
     def through(name: str, *nodes: tuple[str, float]) -> Path:
         model = onnx.load(exact)
@@ -365,7 +369,7 @@ def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None
 
     rounded = through("rounded", ("Add", 8192.0), ("Sub", 8192.0))
     with pytest.warns(Float32Rounding, match="float32 rounding"):
-        _check_against_autograd(rounded, net, loss_fn, params, (x,), y, [], "rounded.onnx")
+        _check_against_autograd(rounded, step, [], "rounded.onnx")
     scaled = through("scaled", ("Mul", 1.01))
     with pytest.raises(AssertionError, match=r"differs from autograd .* in float64 1\.00e-02"):
-        _check_against_autograd(scaled, net, loss_fn, params, (x,), y, [], "scaled.onnx")
+        _check_against_autograd(scaled, step, [], "scaled.onnx")

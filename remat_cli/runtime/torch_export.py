@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -323,28 +324,31 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     try:
         if check:
             random = sorted({n.op_type for n in proto.graph.node if draws_random(n)})
-            _check_against_autograd(draft, model, loss_fn, params, xs, y, random, path.name)
+            _check_against_autograd(draft, _Step(model, loss_fn, params, xs, y), random, path.name)
         draft.replace(path)
     finally:
         draft.unlink(missing_ok=True)
     return path
 
 
-def _check_against_autograd(
-    path: Path,
-    model: nn.Module,
-    loss_fn: Callable,
-    params: list[torch.Tensor],
-    xs: tuple[torch.Tensor, ...],
-    y: torch.Tensor,
-    random: list[str],
-    name: str,
-) -> None:
+class _Step(NamedTuple):
+    """A training step to check an export with: the model, its loss, its parameters, one batch."""
+
+    model: nn.Module
+    loss_fn: Callable
+    params: list[torch.Tensor]
+    xs: tuple[torch.Tensor, ...]
+    y: torch.Tensor
+
+
+def _check_against_autograd(path: Path, step: _Step, random: list[str], name: str) -> None:
     """The exported graph must give torch autograd's loss and gradients (one intra-op thread:
     onnxruntime's ScatterND/ScatterElements with reduction=add loses updates on more). With
     `random` (the op types of the graph that draw random numbers) only their shapes can agree.
     `name`: the file's name in the messages."""
     import onnxruntime as ort
+
+    model, loss_fn, params, xs, y = step
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -384,7 +388,7 @@ def _check_against_autograd(
     # 1e-12 and an exporter's mistake stays what it is
     differs = f"{name}: output {outputs[k]} differs from autograd (rel. error {err:.2e}"
     try:
-        exact = _float64_difference(path, model, loss_fn, params, xs, y)
+        exact = _float64_difference(path, step)
     except _NoFloat64:  # an op without a float64 kernel: the float32 verdict stands
         raise AssertionError(differs + ")") from None
     if exact is not None:
@@ -419,14 +423,7 @@ def _worst_difference(
     return worst
 
 
-def _float64_difference(
-    path: Path,
-    model: nn.Module,
-    loss_fn: Callable,
-    params: list[torch.Tensor],
-    xs: tuple[torch.Tensor, ...],
-    y: torch.Tensor,
-) -> tuple[float, int] | None:
+def _float64_difference(path: Path, step: _Step) -> tuple[float, int] | None:
     """The exported graph at `path` evaluated in float64 by onnx's reference evaluator against a
     float64 copy of the model under torch autograd: None when they agree within
     ``FLOAT64_MATCH``, else the largest relative error and its output's index
@@ -434,6 +431,8 @@ def _float64_difference(
     import copy
 
     from onnx.reference import ReferenceEvaluator
+
+    model, loss_fn, params, xs, y = step
 
     def wide(t: torch.Tensor) -> torch.Tensor:
         return t.double() if t.is_floating_point() else t

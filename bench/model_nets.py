@@ -411,11 +411,12 @@ def main() -> None:
         try:
             path = export_training_graph(factory(), out / f"{name}.onnx", name=name)
         except AssertionError as e:
-            # float32 sums in another order: 131,072-term weight gradients at batch 32 (VGG-11)
-            # differ from autograd by 5e-3 of the largest entry, and BatchNorm over 2x2 or 4x4
-            # maps at batch 1 is ill-conditioned (MobileNet-v2: torch's own float32 and float64
-            # gradients differ by 1.8e8 relative). The bench measures memory and replays against
-            # onnxruntime's own run of the same graph, so the file is kept, and the note printed.
+            # Float32 rounding no longer lands here: the export judges it in float64 (MobileNet-v2
+            # at batch 1, whose BatchNorm over 2x2 maps puts torch's own float32 gradients 1.8e8
+            # off, is exact there in 1.3 s; ResNet-50 at batch 32 takes 109 s). What does is a
+            # model without float64 kernels or a real mismatch: the bench measures memory and
+            # replays against onnxruntime's own run of the same graph, so the file is kept, and
+            # the note printed.
             print(f"note: {e}; kept without the autograd check", flush=True)
             path = export_training_graph(factory(), out / f"{name}.onnx", name=name, check=False)
         print(path, flush=True)

@@ -22,7 +22,14 @@ from remat_cli.solvers.model import bound
 from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
-from remat_cli.solvers.model.ordering import cut_descent, improve_order, pair_descent, pair_move
+from remat_cli.solvers.model.ordering import (
+    chain_descent,
+    cut_descent,
+    improve_order,
+    pair_descent,
+    pair_move,
+    private_chain,
+)
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 
@@ -201,6 +208,70 @@ def test_cut_descent_reaches_the_bound_where_hill_climbing_stops() -> None:
     assert p.peak(got) == bound
     pos = {i: k for k, i in enumerate(got)}
     assert all(pos[q] < pos[i] for i in got for q in p.preds[i])
+
+
+def flipped_weights(layers: int, act: int = 100, weight: int = 40) -> Graph:
+    """A backward pass whose convolutions read a flipped copy of their weight, as the torch
+    exporter writes it: transpose t_i of the parameter, a view v_i of it (zero bytes), the flip
+    r_i reading both. The program order runs every transpose and view first, so each t_i is held
+    through the whole forward pass; no single operator can move (the view pins the transpose,
+    the flip's inputs pin it, a view moved alone frees nothing)."""
+    values = [Value(id="x", size=act, role="input")]
+    nodes = []
+    prev = "x"
+    for i in range(layers):
+        values += [
+            Value(id=f"w{i}", size=weight, role="parameter"),
+            Value(id=f"t{i}", size=weight),
+            Value(id=f"v{i}", size=0),
+            Value(id=f"r{i}", size=weight),
+            Value(id=f"h{i}", size=act),
+        ]
+        nodes += [
+            Node(id=f"tr{i}", inputs=[f"w{i}"], outputs=[f"t{i}"]),
+            Node(id=f"vw{i}", inputs=[f"t{i}"], outputs=[f"v{i}"]),
+            Node(id=f"fl{i}", inputs=[f"t{i}", f"v{i}"], outputs=[f"r{i}"]),
+            Node(id=f"fw{i}", inputs=[prev], outputs=[f"h{i}"]),
+        ]
+        prev = f"h{i}"
+    values.append(Value(id="g", size=act))
+    nodes.append(Node(id="loss", inputs=[prev], outputs=["g"]))
+    grad = "g"
+    for i in reversed(range(layers)):
+        values.append(Value(id=f"d{i}", size=act))
+        nodes.append(Node(id=f"b{i}", inputs=[grad, f"r{i}", f"h{i - 1}" if i else "x"], outputs=[f"d{i}"]))
+        grad = f"d{i}"
+    order = [f"{k}{i}" for i in range(layers) for k in ("tr", "vw")] + [f"fw{i}" for i in range(layers)]
+    order += ["loss", *(f"{k}{i}" for i in reversed(range(layers)) for k in ("fl", "b"))]
+    by_id = {n.id: n for n in nodes}
+    return Graph(name=f"flips{layers}", values=values, nodes=[by_id[k] for k in order], outputs=[grad])
+
+
+def test_chain_moves_reach_the_bound_where_single_moves_stop() -> None:
+    g = flipped_weights(4)
+    p = Problem(g)
+    program = list(range(len(p)))
+    bound = cut_bound(p, program)
+    climbed = improve_order(p, program, time.monotonic() + 10)
+    assert p.peak(climbed) == p.peak(program) > bound  # 660 against 540
+    assert private_chain(p, p.index["fl2"]) == sorted(p.index[k] for k in ("tr2", "vw2", "fl2"))
+    got = chain_descent(p, climbed, bound, time.monotonic() + 10)
+    assert p.peak(got) == bound
+    assert sorted(got) == program
+    pos = {i: k for k, i in enumerate(got)}
+    assert all(pos[q] < pos[i] for i in got for q in p.preds[i])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chain_moves_never_raise_the_peak_and_keep_the_precedences(seed: int) -> None:
+    g = tiny_dag(seed, 7)
+    p = Problem(g)
+    every = orders(p)
+    for start in every[:: max(1, len(every) // 5)]:
+        got = chain_descent(p, start, 0, time.monotonic() + 10)
+        assert p.peak(got) <= p.peak(start)
+        assert p.peak(got) >= min(p.peak(o) for o in every)
+        assert got in every
 
 
 def _checked_plan(g: Graph, p: Problem, order: list[int], offsets: list[int], alignment: int) -> MemoryPlan:

@@ -167,11 +167,15 @@ class Lifetimes:
         end = np.where(self.to_end, self.n, pos[self.readers].max(axis=1) + 1)
         return start, end
 
-    def peak(self, start: np.ndarray, end: np.ndarray) -> int:
+    def profile(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Resident bytes at each step."""
         delta = np.zeros(self.n + 1, dtype=np.int64)
         np.add.at(delta, start, self.size)
         np.add.at(delta, end, -self.size)
-        return int(np.cumsum(delta).max()) if self.n else 0
+        return np.cumsum(delta)[: self.n]
+
+    def peak(self, start: np.ndarray, end: np.ndarray) -> int:
+        return int(self.profile(start, end).max()) if self.n else 0
 
     def greedy(self, start: np.ndarray, end: np.ndarray, ties: str = "src") -> np.ndarray:
         """Offsets by best fit in decreasing size; equal sizes by `ties` (one of TIES): the

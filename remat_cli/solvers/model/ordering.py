@@ -204,6 +204,66 @@ def pair_descent(
     return best
 
 
+def private_chain(p: Problem, v: int) -> list[int]:
+    """`v` and the operators that feed only it, directly or through one another (every successor
+    inside the set), in program order: a weight's transpose, view and flip before the backward
+    convolution that reads the flip. Moved as one block, they can go where no single move of
+    `improve_order` reaches (the transpose alone later holds its input and output at once)."""
+    chain, todo = {v}, [v]
+    while todo:
+        for q in p.preds[todo.pop()]:
+            if q not in chain and p.succs[q] <= chain:
+                chain.add(q)
+                todo.append(q)
+    return sorted(chain)
+
+
+def chain_descent(p: Problem, order: list[int], bound: int, deadline: float) -> list[int]:
+    """Local search by chain moves (not in the paper): at the step where `order` peaks, each
+    operator that creates or reads a tensor resident there (earliest first) has its private
+    chain (`private_chain`) taken out and put back at every place its precedences allow; the
+    first operator with a place that lowers the peak moves there, and the search starts again
+    from the new peak, until none does, the peak reaches `bound` (proven optimal) or
+    `deadline` (time.monotonic()).
+
+    The exported MobileNet-v2 step (batch 32) peaks where a stride-1 backward convolution runs:
+    its weight's transpose (a permute of the parameter) ran long before, and the flipped copy is
+    made while the transpose is still held. Moving each transpose-view-flip chain next to its
+    convolution, 36 moves in 10 s took the order found by the cut descent and CP-SAT from
+    157,607,652 B (2.4% above the bound) to 155,725,292 B, and 300 s to 155,565,356 B (1.1%);
+    on ResNet-50 (batch 32) one move closed 2,048 of the 10,240 B above the bound."""
+    life = p.lives
+    start, end = life.of(order)
+    profile = life.profile(start, end)
+    best = int(profile.max())
+    while best > bound and time.monotonic() < deadline:
+        s = int(np.argmax(profile))
+        live = np.nonzero((start <= s) & (s < end))[0]
+        pos = {v: k for k, v in enumerate(order)}
+        near = {int(life.src[t]) for t in live} | {int(r) for t in live for r in life.readers[t]}
+        moved = None
+        for v in sorted(near, key=pos.__getitem__):
+            chain = private_chain(p, v)
+            inside = set(chain)
+            rest = [u for u in order if u not in inside]
+            at = {u: k for k, u in enumerate(rest)}
+            lo = max((at[q] for c in chain for q in p.preds[c] if q not in inside), default=-1) + 1
+            hi = min((at[w] for c in chain for w in p.succs[c] if w not in inside), default=len(rest))
+            for k in range(lo, hi + 1):
+                trial = rest[:k] + chain + rest[k:]
+                peak = life.peak(*life.of(trial))
+                if peak < best:
+                    moved, best = trial, peak
+            if moved is not None or time.monotonic() >= deadline:
+                break
+        if moved is None:
+            break
+        order = moved
+        start, end = life.of(order)
+        profile = life.profile(start, end)
+    return order
+
+
 def hint_order(m: cp_model.CpModel, v: OrderVars, order: list[int]) -> None:
     for s, i in enumerate(order):
         m.add_hint(v.pos[i], s)

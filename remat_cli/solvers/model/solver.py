@@ -366,7 +366,7 @@ class Model(Solver):
         pair: list[int] = []
         floor = max(floor, cut_bound(p, start, deadline, pair, net))
         order = cut_descent(p, start, floor, until(0.25), net=net)
-        order = chain_descent(p, order, floor, until(0.2))
+        order = chain_descent(p, order, floor, until(0.1))
         if not pair or p.peak(order) <= floor:
             return order, floor, None
         moved = pair_move(p, start, pair[0], pair[1], until(0.1), net)

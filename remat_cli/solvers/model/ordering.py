@@ -229,9 +229,10 @@ def chain_descent(p: Problem, order: list[int], bound: int, deadline: float) -> 
     The exported MobileNet-v2 step (batch 32) peaks where a stride-1 backward convolution runs:
     its weight's transpose (a permute of the parameter) ran long before, and the flipped copy is
     made while the transpose is still held. Moving each transpose-view-flip chain next to its
-    convolution, 36 moves in 10 s took the order found by the cut descent and CP-SAT from
-    157,607,652 B (2.4% above the bound) to 155,725,292 B, and 300 s to 155,565,356 B (1.1%);
-    on ResNet-50 (batch 32) one move closed 2,048 of the 10,240 B above the bound."""
+    convolution took the solver's order (--order-only, 300 s, one core) from 157,607,652 B (2.4%
+    above the bound) to 155,722,220 B (1.2%) and its arena from 157,635,520 to 156,335,104 B
+    (bench/results/model_chains.json); ResNet-50 b32 is unchanged (the one move found there,
+    2 KB, came after 35 s of scanning)."""
     life = p.lives
     start, end = life.of(order)
     profile = life.profile(start, end)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -40,6 +41,19 @@ def orders(p: Problem) -> list[list[int]]:
         if all(pos[q] < pos[i] for i in perm for q in p.preds[i]):
             out.append(list(perm))
     return out
+
+
+def is_order(p: Problem, order: list[int]) -> bool:
+    """`order` runs every operator once, each after its predecessors."""
+    pos = {i: k for k, i in enumerate(order)}
+    return sorted(order) == list(range(len(p))) and all(pos[q] < pos[i] for i in order for q in p.preds[i])
+
+
+def in_program_order(g: Graph) -> tuple[Problem, list[int], int]:
+    """The graph's problem, its program order and the minimum-cut bound."""
+    p = Problem(g)
+    program = list(range(len(p)))
+    return p, program, cut_bound(p, program)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -153,6 +167,26 @@ def test_the_anchors_find_a_pair_outside_the_candidates(monkeypatch: pytest.Monk
     assert bound.pair_bound(net, cuts, live, int(cuts.max()), 10**9) == 15
 
 
+def loss_and_backward(
+    values: list[Value],
+    nodes: list[Node],
+    last: str,
+    layers: int,
+    act: int,
+    reads: Callable[[int], list[str]],
+) -> str:
+    """Appends the loss of `last` and the backward b_{layers-1} .. b_0, each reading the gradient
+    before it and reads(i); returns the input's gradient."""
+    values.append(Value(id="g", size=act))
+    nodes.append(Node(id="loss", inputs=[last], outputs=["g"]))
+    grad = "g"
+    for i in reversed(range(layers)):
+        values.append(Value(id=f"d{i}", size=act))
+        nodes.append(Node(id=f"b{i}", inputs=[grad, *reads(i)], outputs=[f"d{i}"]))
+        grad = f"d{i}"
+    return grad
+
+
 def training_chain(layers: int, act: int = 100, mask: int = 10, copy: int = 40) -> Graph:
     """A ReLU network's training step as the torch exporter writes it: each forward activation
     h_i feeds the next layer, a mask m_i = (h_i > 0) and a transposed copy c_i (for the weight
@@ -169,13 +203,7 @@ def training_chain(layers: int, act: int = 100, mask: int = 10, copy: int = 40) 
             Node(id=f"t{i}", inputs=[f"h{i}"], outputs=[f"c{i}"]),
         ]
         prev = f"h{i}"
-    values.append(Value(id="g", size=act))
-    nodes.append(Node(id="loss", inputs=[prev], outputs=["g"]))
-    grad = "g"
-    for i in reversed(range(layers)):
-        values.append(Value(id=f"d{i}", size=act))
-        nodes.append(Node(id=f"b{i}", inputs=[grad, f"m{i}", f"c{i}"], outputs=[f"d{i}"]))
-        grad = f"d{i}"
+    grad = loss_and_backward(values, nodes, prev, layers, act, lambda i: [f"m{i}", f"c{i}"])
     # program order: the mask and the copy in the backward, right before they are read
     order = [f"f{i}" for i in range(layers)] + ["loss"]
     for i in reversed(range(layers)):
@@ -186,9 +214,7 @@ def training_chain(layers: int, act: int = 100, mask: int = 10, copy: int = 40) 
 
 def test_the_cut_sees_through_early_runnable_readers() -> None:
     g = training_chain(6)
-    p = Problem(g)
-    program = list(range(len(p)))
-    bound = cut_bound(p, program)
+    p, program, bound = in_program_order(g)
     # at the loss each layer holds its activation (100) or its mask and copy (50)
     assert bound >= 6 * 50 + 100
     assert p.peak(program) > bound  # the program order keeps every activation to the backward
@@ -199,15 +225,12 @@ def test_the_cut_sees_through_early_runnable_readers() -> None:
 
 def test_cut_descent_reaches_the_bound_where_hill_climbing_stops() -> None:
     g = training_chain(8)
-    p = Problem(g)
-    program = list(range(len(p)))
-    bound = cut_bound(p, program)
+    p, program, bound = in_program_order(g)
     climbed = improve_order(p, program, time.monotonic() + 10)
     assert p.peak(climbed) > bound  # one reader moved early alone frees nothing
     got = cut_descent(p, climbed, bound, time.monotonic() + 10)
     assert p.peak(got) == bound
-    pos = {i: k for k, i in enumerate(got)}
-    assert all(pos[q] < pos[i] for i in got for q in p.preds[i])
+    assert is_order(p, got)
 
 
 def flipped_weights(layers: int, act: int = 100, weight: int = 40) -> Graph:
@@ -234,13 +257,7 @@ def flipped_weights(layers: int, act: int = 100, weight: int = 40) -> Graph:
             Node(id=f"fw{i}", inputs=[prev], outputs=[f"h{i}"]),
         ]
         prev = f"h{i}"
-    values.append(Value(id="g", size=act))
-    nodes.append(Node(id="loss", inputs=[prev], outputs=["g"]))
-    grad = "g"
-    for i in reversed(range(layers)):
-        values.append(Value(id=f"d{i}", size=act))
-        nodes.append(Node(id=f"b{i}", inputs=[grad, f"r{i}", f"h{i - 1}" if i else "x"], outputs=[f"d{i}"]))
-        grad = f"d{i}"
+    grad = loss_and_backward(values, nodes, prev, layers, act, lambda i: [f"r{i}", f"h{i - 1}" if i else "x"])
     order = [f"{k}{i}" for i in range(layers) for k in ("tr", "vw")] + [f"fw{i}" for i in range(layers)]
     order += ["loss", *(f"{k}{i}" for i in reversed(range(layers)) for k in ("fl", "b"))]
     by_id = {n.id: n for n in nodes}
@@ -249,17 +266,13 @@ def flipped_weights(layers: int, act: int = 100, weight: int = 40) -> Graph:
 
 def test_chain_moves_reach_the_bound_where_single_moves_stop() -> None:
     g = flipped_weights(4)
-    p = Problem(g)
-    program = list(range(len(p)))
-    bound = cut_bound(p, program)
+    p, program, bound = in_program_order(g)
     climbed = improve_order(p, program, time.monotonic() + 10)
     assert p.peak(climbed) == p.peak(program) > bound  # 660 against 540
     assert private_chain(p, p.index["fl2"]) == sorted(p.index[k] for k in ("tr2", "vw2", "fl2"))
     got = chain_descent(p, climbed, bound, time.monotonic() + 10)
     assert p.peak(got) == bound
-    assert sorted(got) == program
-    pos = {i: k for k, i in enumerate(got)}
-    assert all(pos[q] < pos[i] for i in got for q in p.preds[i])
+    assert is_order(p, got)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -221,10 +221,10 @@ def private_chain(p: Problem, v: int) -> list[int]:
 def chain_descent(p: Problem, order: list[int], bound: int, deadline: float) -> list[int]:
     """Local search by chain moves (not in the paper): at the step where `order` peaks, each
     operator that creates or reads a tensor resident there (earliest first) has its private
-    chain (`private_chain`) taken out and put back at every place its precedences allow; the
-    first operator with a place that lowers the peak moves there, and the search starts again
-    from the new peak, until none does, the peak reaches `bound` (proven optimal) or
-    `deadline` (time.monotonic()).
+    chain (`private_chain`, two operators or more) taken out and put back at every place its
+    precedences allow; the first chain with a place that lowers the peak moves to the best one,
+    and the search starts again from the new peak, until none does, the peak reaches `bound`
+    (proven optimal) or `deadline` (time.monotonic()).
 
     The exported MobileNet-v2 step (batch 32) peaks where a stride-1 backward convolution runs:
     its weight's transpose (a permute of the parameter) ran long before, and the flipped copy is

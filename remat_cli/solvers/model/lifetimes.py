@@ -195,5 +195,8 @@ class Lifetimes:
     def on_top(self, offsets: np.ndarray, arena: int) -> np.ndarray:
         """The operators creating or reading a tensor that reaches the arena's top: moving them
         shortens or shifts what sets the arena."""
-        top = np.nonzero(offsets + self.size == arena)[0]
-        return np.unique(np.concatenate([self.src[top], self.readers[top].ravel()]))
+        return self.operators_of(np.nonzero(offsets + self.size == arena)[0])
+
+    def operators_of(self, tensors: np.ndarray) -> np.ndarray:
+        """The operators creating or reading any of `tensors` (indices), ascending."""
+        return np.unique(np.concatenate([self.src[tensors], self.readers[tensors].ravel()]))

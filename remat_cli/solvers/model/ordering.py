@@ -239,9 +239,8 @@ def chain_descent(p: Problem, order: list[int], bound: int, deadline: float) -> 
     best = int(profile.max())
     while best > bound and time.monotonic() < deadline:
         s = int(np.argmax(profile))
-        live = np.nonzero((start <= s) & (s < end))[0]
+        near = life.operators_of(np.nonzero((start <= s) & (s < end))[0]).tolist()
         pos = {v: k for k, v in enumerate(order)}
-        near = {int(life.src[t]) for t in live} | {int(r) for t in live for r in life.readers[t]}
         moved = None
         for v in sorted(near, key=pos.__getitem__):
             chain = private_chain(p, v)

@@ -25,7 +25,7 @@ from remat_cli.runtime.cli_command import export_torch_command, run_command
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
 from remat_cli.runtime.session import executed_order, session_options
-from remat_cli.schedule import Schedule, Step, baseline, simulate, steps_from_sequence
+from remat_cli.schedule import Schedule, Step, baseline, baseline_steps, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions, SolverResult
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
@@ -177,6 +177,68 @@ def test_interpret_mode_peak_is_the_simulators(mlp: Graph) -> None:
         (run,) = interpret(engine, [sched.steps], feeds, warmup=0, repeat=1)
         assert run.peak_memory == simulate(mlp, sched.steps).peak_memory
         assert set(run.outputs) >= {o.name for o in model.graph.output}
+
+
+def test_a_replay_with_fewer_sessions_than_nodes_is_the_same_replay(mlp: Graph) -> None:
+    """CUDA keeps only the sessions the GPU holds (node_sessions.py); here the same pool on the
+    CPU is told it is full at 3 sessions: the replay remakes the others and changes nothing."""
+    model = onnx.load(str(MLP))
+    feeds = make_inputs(model, graph=mlp)
+    sched = recompute_forward(mlp)
+    (whole,) = interpret(Interpreter(model, mlp), [sched.steps], feeds, warmup=0, repeat=1)
+    most = [0]
+
+    def full() -> bool:
+        most[0] = max(most[0], len(engine.sessions.held()))
+        return len(engine.sessions.held()) >= 3
+
+    engine = Interpreter(model, mlp, full=full)
+    assert engine.sessions.held() == []  # made on first use
+    (small,) = interpret(engine, [sched.steps], feeds, warmup=1, repeat=2)
+    assert most[0] == 3 and len(engine.sessions.held()) == 3
+    # the newest is dropped: the two made first stay for every replay
+    first = list(dict.fromkeys(s.node for s in sched.steps if s.op == "compute"))[:2]
+    assert engine.sessions.held()[:2] == first
+    assert engine.sessions.created > 2 * len(mlp.nodes)  # dropped ones were made again
+    assert small.peak_memory == whole.peak_memory
+    assert small.outputs.keys() == whole.outputs.keys()
+    assert all(np.array_equal(small.outputs[k], whole.outputs[k]) for k in whole.outputs)
+
+
+def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
+    """A chain of 20 If nodes whose then-branch (1,000 Neg nodes, each session parses it) is
+    never taken, with room for one session: every step makes a session (milliseconds) and runs
+    a one-node branch (microseconds). The replay's time is its runs alone."""
+
+    def branch(k: int, length: int) -> onnx.GraphProto:
+        names = [f"t{k}", *(f"b{k}_{length}_{j}" for j in range(1, length)), f"o{k}_{length}"]
+        negs = [oh.make_node("Neg", [names[j]], [names[j + 1]]) for j in range(length)]
+        out = oh.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])
+        return oh.make_graph(negs, f"branch{k}_{length}", [], [out])
+
+    ifs = [
+        oh.make_node(
+            "If", ["c"], [f"t{k + 1}"], name=f"if{k}", then_branch=branch(k, 1000), else_branch=branch(k, 1)
+        )
+        for k in range(20)
+    ]
+    graph = oh.make_graph(
+        ifs,
+        "chain",
+        [
+            oh.make_tensor_value_info("c", TensorProto.BOOL, []),
+            oh.make_tensor_value_info("t0", TensorProto.FLOAT, [1]),
+        ],
+        [oh.make_tensor_value_info("t20", TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "chain.onnx"
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=9), str(path))
+    model, g = onnx.load(str(path)), from_onnx_file(path)
+    feeds = make_inputs(model, graph=g, given={"c": np.array(False)})
+    engine = Interpreter(model, g, full=lambda: len(engine.sessions.held()) >= 1)
+    (run,) = interpret(engine, [baseline_steps(g)], feeds, warmup=0, repeat=1)
+    assert engine.sessions.created == 20
+    assert run.seconds < engine.sessions.seconds / 5 and run.cpu_times[0] < engine.sessions.cpu_seconds / 5
 
 
 def test_session_mode_replay_matches_and_measures(mlp: Graph) -> None:

@@ -169,21 +169,31 @@ def lower_mmap_threshold() -> None:
 
 
 def device_used_bytes() -> int:
-    """Device memory in use on GPU 0 (cudaMemGetInfo of the CUDA runtime onnxruntime loaded,
-    else NVML)."""
+    """Device memory in use on GPU 0."""
+    free, total = device_memory(0)
+    return total - free
+
+
+def device_memory(device_id: int) -> tuple[int, int]:
+    """(free, total) bytes of GPU `device_id`: cudaMemGetInfo of the CUDA runtime onnxruntime
+    loaded, else NVML."""
     for lib in ("libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0", "libcudart.so"):
         try:
             cudart = ctypes.CDLL(lib)
         except OSError:
             continue
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        if cudart.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0:
-            return int(total.value - free.value)
+        if (
+            cudart.cudaSetDevice(device_id) == 0
+            and cudart.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0
+        ):
+            return int(free.value), int(total.value)
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(device_id))
+        return int(info.free), int(info.total)
     except Exception as e:  # no NVML either: nothing can read the device
         raise RuntimeUnavailable(f"cannot read GPU memory (no libcudart, no NVML): {e}") from None
 

@@ -256,7 +256,7 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("factory_name", ["convnet", "rnn", "dropout", "two_inputs"])
+@pytest.mark.parametrize("factory_name", ["convnet", "convs", "rnn", "dropout", "two_inputs"])
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
     'cannot export' line, or an internal error): BatchNorm with running statistics (in-place
@@ -264,7 +264,9 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     AdaptiveMaxPool2d (their backwards; the latter's forward too), LSTM/GRU (oneDNN's aten.mkldnn_rnn_layer). Each export
     is checked against torch autograd; with Dropout (random numbers drawn in the graph) only
     the shapes are, and a note says so (the values were 'the export does not match'). A model
-    of two inputs (token ids and a mask) takes x as a tuple: loss_fn(model(*x), y)."""
+    of two inputs (token ids and a mask) takes x as a tuple: loss_fn(model(*x), y). Convolutions
+    other than 2-D, strided, dilated, grouped and transposed (with output_padding) decompose into
+    convolutions: a Conv1d was an internal error (IndexError)."""
     if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
@@ -294,6 +296,19 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "    torch.manual_seed(0)\n"
         "    ids, mask = torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([[1.0, 1, 1], [1, 1, 0]])\n"
         "    return Masked(), ((ids, mask), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+        "class Convs(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.c1 = nn.Conv1d(4, 6, 3, stride=2, dilation=2, padding=2)\n"
+        "        self.t1 = nn.ConvTranspose1d(6, 4, 3, stride=2, dilation=2, output_padding=1, groups=2)\n"
+        "        self.c3 = nn.Conv3d(4, 4, 3, padding=1, groups=2)\n"
+        "        self.out = nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        h = self.t1(torch.tanh(self.c1(x)))\n"
+        "        return self.out(self.c3(h[..., :8].reshape(2, 4, 2, 2, 2)).mean((2, 3, 4)))\n"
+        "def convs():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Convs(), (torch.randn(2, 4, 16), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
         "def dropout():\n"
         "    torch.manual_seed(0)\n"
         "    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 2))\n"

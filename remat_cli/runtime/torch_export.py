@@ -56,55 +56,62 @@ def _conv_backward(
     groups: int,
     output_mask: list[bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """aten.convolution_backward for 2-D convolutions (grouped ones included, MobileNet's
-    depthwise convolutions among them) and transposed convolutions (groups=1), dilation 1, each
-    gradient itself a (transposed) convolution with the same groups.
+    """aten.convolution_backward for convolutions of any number of spatial dimensions (1-D, 2-D,
+    3-D), strided, dilated and grouped (MobileNet's depthwise ones among them), plain or
+    transposed, each gradient itself a (transposed) convolution with the same groups.
 
     Convolution y = x ⋆ w: grad_x is the transposed convolution of grad_y with w, and grad_w
-    the convolution of x with grad_y with batch and channels swapped (stride becomes dilation);
-    with g groups the batch goes into the channels, (N, g, C/g) -> (C/g, g N), so that group k
-    of x meets only group k of grad_y. Transposed convolution: the roles of x and grad_y swap."""
-    if any(d != 1 for d in dilation) or (transposed and groups != 1):
-        raise NotImplementedError("only dilation-1 convolutions (grouped ones not transposed) are decomposed")
+    the convolution of x with grad_y with batch and channels swapped (stride and dilation swap
+    places); with g groups the batch goes into the channels, (N, g, C/g) -> (C/g, g N), so that
+    group k of x meets only group k of grad_y. Transposed convolution: the roles of x and grad_y
+    swap."""
     grad_x = grad_w = grad_b = None
-    kh, kw = weight.shape[2], weight.shape[3]
+    d = weight.dim() - 2  # spatial dimensions
+    k = list(weight.shape[2:])
+    spatial = list(range(2, 2 + d))
     if output_mask[0]:
         if transposed:
-            grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, False, [0, 0], 1)
+            grad_x = aten.convolution(
+                grad_out, weight, None, stride, padding, dilation, False, [0] * d, groups
+            )
+            if grad_x.shape[2:] != x.shape[2:]:  # output_padding past the stride: no input's
+                grad_x = grad_x[(slice(None), slice(None), *(slice(0, m) for m in x.shape[2:]))]
         elif all(s == 1 for s in stride):
             # Stride 1: a plain convolution with the flipped kernel. onnxruntime's ConvTranspose
             # keeps a column buffer as large as a whole image's input gradient; Conv does not.
             out_g, in_g = weight.shape[0] // groups, weight.shape[1]
             flipped = (
-                weight.reshape(groups, out_g, in_g, kh, kw)
+                weight.reshape(groups, out_g, in_g, *k)
                 .transpose(1, 2)
-                .reshape(groups * in_g, out_g, kh, kw)
-                .flip(2, 3)
+                .reshape(groups * in_g, out_g, *k)
+                .flip(spatial)
             )
-            pad = [kh - 1 - padding[0], kw - 1 - padding[1]]
-            grad_x = aten.convolution(grad_out, flipped, None, [1, 1], pad, dilation, False, [0, 0], groups)
+            pad = [dl * (kk - 1) - p for dl, kk, p in zip(dilation, k, padding, strict=True)]
+            grad_x = aten.convolution(grad_out, flipped, None, [1] * d, pad, dilation, False, [0] * d, groups)
         else:
             # output_padding recovers the input size lost to integer division by the stride.
-            h = (grad_out.shape[2] - 1) * stride[0] - 2 * padding[0] + kh
-            w = (grad_out.shape[3] - 1) * stride[1] - 2 * padding[1] + kw
-            op = [x.shape[2] - h, x.shape[3] - w]
+            op = [
+                x.shape[2 + i]
+                - ((grad_out.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k[i] - 1) + 1)
+                for i in range(d)
+            ]
             grad_x = aten.convolution(grad_out, weight, None, stride, padding, dilation, True, op, groups)
     if output_mask[1]:
         a, b = (grad_out, x) if transposed else (x, grad_out)
-        # `a` (N, g, C/g, H, W) -> (C/g, g N, H, W) and `b` (N, C', H', W') -> (C', N, H', W'):
-        # group k of `a`'s channels meets only group k of `b`'s, summed over the batch.
-        n, c, h, w = a.shape
+        # `a` (N, g, C/g, *S) -> (C/g, g N, *S) and `b` (N, C', *S') -> (C', N, *S'): group k of
+        # `a`'s channels meets only group k of `b`'s, summed over the batch.
+        n, c = a.shape[0], a.shape[1]
         a = (
-            a.reshape(n, groups, c // groups, h, w)
-            .permute(2, 1, 0, 3, 4)
-            .reshape(c // groups, groups * n, h, w)
+            a.reshape(n, groups, c // groups, *a.shape[2:])
+            .permute(2, 1, 0, *range(3, 3 + d))
+            .reshape(c // groups, groups * n, *a.shape[2:])
         )
         gw = aten.convolution(
-            a, b.transpose(0, 1), None, dilation, padding, stride, False, [0, 0], groups
+            a, b.transpose(0, 1), None, dilation, padding, stride, False, [0] * d, groups
         ).transpose(0, 1)
-        grad_w = gw[:, :, :kh, :kw]
+        grad_w = gw[(slice(None), slice(None), *(slice(0, kk) for kk in k))]
     if output_mask[2]:
-        grad_b = grad_out.sum(dim=(0, 2, 3))
+        grad_b = grad_out.sum(dim=[0, *spatial])
     return grad_x, grad_w, grad_b
 
 

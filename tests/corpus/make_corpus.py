@@ -313,6 +313,11 @@ def onnx_files(c: Corpus) -> None:
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 10**18
     c.onnx("onnx_giant_dims.onnx", "overflow", m)
 
+    # a negative dimension: was pydantic's "size: Input should be greater than or equal to 0"
+    m = good_model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -3
+    c.onnx("onnx_negative_dim.onnx", "tensor 'x' has a negative dimension", m)
+
     m = good_model()
     c.onnx("onnx_bad_input_shape_flag.onnx", "--input-shape 'x=2xabc'", m, args=["--input-shape", "x=2xabc"])
     c.onnx("onnx_input_shape_unknown_name.onnx", "not a graph input", m, args=["--input-shape", "y=2x4"])

@@ -185,6 +185,8 @@ class _Builder:
             raise GraphError(
                 f"size of {where} is unknown: shape {dims} has symbolic dim {unknown!r}; {self._hint}"
             )
+        if any(d < 0 for d in shape):
+            raise GraphError(f"{where} has a negative dimension: shape {list(shape)}")
         try:
             size = tensor_bytes(t.elem_type, shape)  # type: ignore[union-attr]
         except GraphError as e:

@@ -17,6 +17,7 @@ from remat_cli.cli_common import (
 from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.plan_check import check_plan
 from remat_cli.schedule import simulate
+from remat_cli.solver import usable_cores
 
 
 @click.command()
@@ -37,11 +38,18 @@ from remat_cli.schedule import simulate
 )
 @click.option(
     "--time-limit",
-    type=float,
-    default=0.0,
+    type=click.FloatRange(min=0.0),
+    default=10.0,
     show_default=True,
     help="Seconds for perturbed best fit (size and breadth orders), the big buffers placed exactly first, "
-    "ruin and recreate and MODeL's exact address model (CP-SAT) after the greedy best fit; 0 = greedy only.",
+    "ruin and recreate and MODeL's exact address model (CP-SAT) after the greedy best fit; ends early "
+    "once the arena is the schedule's peak; 0 = greedy only.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="CP-SAT's threads (default: the cores this process may run on).",
 )
 @graph_options
 @friendly_errors
@@ -51,6 +59,7 @@ def plan(
     output: str | None,
     alignment: int,
     time_limit: float,
+    workers: int | None,
     input_shapes: tuple[str, ...],
     batch: int | None,
     cost: str,
@@ -69,7 +78,7 @@ def plan(
     # imported here: `remat --help` and `remat solvers` load no solver module (registry.py)
     from remat_cli.solvers.model.addresses import place
 
-    offsets, arena, bound, optimal = place(bufs, alignment, time_limit)
+    offsets, arena, bound, optimal = place(bufs, alignment, time_limit, workers or usable_cores())
     memory_plan = make_plan(bufs, offsets, alignment)
     report = check_plan(g, s.steps, memory_plan)
     err.print(

@@ -73,11 +73,15 @@ class NodeSessions:
 
 
 def device_short(device_id: int, reserve: float = RESERVE) -> Callable[[], bool]:
-    """True while GPU `device_id` has less than `reserve` of its memory free."""
-    from remat_cli.runtime.session import device_memory
+    """True while GPU `device_id` has less than `reserve` of its memory free; never, where
+    neither the CUDA runtime nor NVML can say (every session is kept, as before the pool)."""
+    from remat_cli.runtime.session import RuntimeUnavailable, device_memory
 
     def short() -> bool:
-        free, total = device_memory(device_id)
+        try:
+            free, total = device_memory(device_id)
+        except RuntimeUnavailable:
+            return False
         return free < reserve * total
 
     return short

@@ -206,7 +206,7 @@ def test_a_replay_with_fewer_sessions_than_nodes_is_the_same_replay(mlp: Graph) 
 
 
 def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
-    """A chain of 20 If nodes whose then-branch (1,000 Neg nodes, each session parses it) is
+    """A chain of 20 If nodes whose then-branch (3,000 Neg nodes, each session parses it) is
     never taken, with room for one session: every step makes a session (milliseconds) and runs
     a one-node branch (microseconds). The replay's time is its runs alone."""
 
@@ -218,7 +218,7 @@ def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
 
     ifs = [
         oh.make_node(
-            "If", ["c"], [f"t{k + 1}"], name=f"if{k}", then_branch=branch(k, 1000), else_branch=branch(k, 1)
+            "If", ["c"], [f"t{k + 1}"], name=f"if{k}", then_branch=branch(k, 3000), else_branch=branch(k, 1)
         )
         for k in range(20)
     ]
@@ -238,7 +238,7 @@ def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
     engine = Interpreter(model, g, full=lambda: len(engine.sessions.held()) >= 1)
     (run,) = interpret(engine, [baseline_steps(g)], feeds, warmup=0, repeat=1)
     assert engine.sessions.created == 20
-    assert run.seconds < engine.sessions.seconds / 5 and run.cpu_times[0] < engine.sessions.cpu_seconds / 5
+    assert run.seconds < engine.sessions.seconds / 4 and run.cpu_times[0] < engine.sessions.cpu_seconds / 4
 
 
 def test_session_mode_replay_matches_and_measures(mlp: Graph) -> None:

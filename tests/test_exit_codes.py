@@ -256,7 +256,7 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("factory_name", ["convnet", "convs", "rnn", "dropout", "two_inputs"])
+@pytest.mark.parametrize("factory_name", ["convnet", "convs", "resampling", "rnn", "dropout", "two_inputs"])
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
     'cannot export' line, or an internal error): BatchNorm with running statistics (in-place
@@ -266,7 +266,9 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     the shapes are, and a note says so (the values were 'the export does not match'). A model
     of two inputs (token ids and a mask) takes x as a tuple: loss_fn(model(*x), y). Convolutions
     other than 2-D, strided, dilated, grouped and transposed (with output_padding) decompose into
-    convolutions: a Conv1d was an internal error (IndexError)."""
+    convolutions: a Conv1d was an internal error (IndexError). 1-D nearest and linear
+    interpolation and adaptive average pooling to sizes that do not divide have backwards
+    torch.onnx lacks: each was a 'cannot export' line."""
     if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
@@ -306,6 +308,18 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "    def forward(self, x):\n"
         "        h = self.t1(torch.tanh(self.c1(x)))\n"
         "        return self.out(self.c3(h[..., :8].reshape(2, 4, 2, 2, 2)).mean((2, 3, 4)))\n"
+        "class Resampling(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.c, self.out = nn.Conv1d(2, 4, 3, padding=1), nn.Linear(4 * 5 * 5, 2)\n"
+        "    def forward(self, x):\n"
+        "        h = nn.functional.interpolate(torch.tanh(self.c(x)), scale_factor=1.5, mode='nearest')\n"
+        "        h = nn.functional.interpolate(h, scale_factor=2, mode='linear')\n"
+        "        h = h.reshape(h.shape[0], 4, 6, 8)\n"
+        "        return self.out(nn.functional.adaptive_avg_pool2d(h, 5).flatten(1))\n"
+        "def resampling():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Resampling(), (torch.randn(2, 2, 16), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
         "def convs():\n"
         "    torch.manual_seed(0)\n"
         "    return Convs(), (torch.randn(2, 4, 16), torch.tensor([0, 1])), nn.functional.cross_entropy\n"

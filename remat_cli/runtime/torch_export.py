@@ -6,8 +6,9 @@ decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX expo
 that keep onnxruntime's hidden temporaries small — ``aten.convolution_backward`` into
 convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``,
 ``avg_pool2d_backward`` into a transposed convolution, ``adaptive_max_pool2d`` (sizes that
-divide) into max pooling and its backward into ``scatter_add``, ``upsample_bilinear2d_backward``
-and ``upsample_nearest2d_backward`` into two MatMuls, ``empty_permuted`` into ``empty``, ReLU's
+divide) into max pooling and its backward into ``scatter_add``, ``upsample_bilinear2d_backward``,
+``upsample_nearest2d_backward`` and ``_adaptive_avg_pool2d_backward`` into two MatMuls (the 1-D
+upsampling backwards into one), ``empty_permuted`` into ``empty``, ReLU's
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
@@ -238,6 +239,40 @@ def _separable_backward(
     return torch.matmul(torch.matmul(a_h, grad_out), a_w.transpose(0, 1))
 
 
+def _upsample_nearest1d_backward(
+    grad_out: torch.Tensor, output_size: list[int], input_size: list[int], scales: float | None = None
+) -> torch.Tensor:
+    """upsample_nearest1d_backward (no ONNX function in torch.onnx): y = x A, so grad_x = grad_y A^T."""
+    a = _interpolation_matrix(input_size[2], output_size[0], None, scales, grad_out)
+    return torch.matmul(grad_out, a.transpose(0, 1))
+
+
+def _upsample_linear1d_backward(
+    grad_out: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    align_corners: bool,
+    scales: float | None = None,
+) -> torch.Tensor:
+    """upsample_linear1d_backward (no ONNX function in torch.onnx): as the nearest one."""
+    a = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales, grad_out)
+    return torch.matmul(grad_out, a.transpose(0, 1))
+
+
+def _adaptive_avg_pool_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """_adaptive_avg_pool2d_backward (no ONNX function in torch.onnx; output sizes that do not
+    divide the input's): the forward is y = P_h x P_w^T per channel with P the (overlapping)
+    window averages, so grad_x = P_h^T grad_y P_w; P^T is the pooling of the identity."""
+
+    def pool_of_eye(n_in: int, n_out: int) -> torch.Tensor:  # (n_in, n_out) = P^T
+        eye = torch.eye(n_in, dtype=grad_out.dtype, device=grad_out.device).unsqueeze(1)
+        return aten.adaptive_avg_pool1d(eye, [n_out]).squeeze(1)
+
+    p_h = pool_of_eye(x.shape[-2], grad_out.shape[-2])
+    p_w = pool_of_eye(x.shape[-1], grad_out.shape[-1])
+    return torch.matmul(torch.matmul(p_h, grad_out), p_w.transpose(0, 1))
+
+
 def _empty_permuted(size: list[int], physical_layout: list[int], **kwargs) -> torch.Tensor:  # noqa: ANN003
     """aten.empty_permuted (GroupNorm/LayerNorm backward on CPU): its memory layout means
     nothing to ONNX, so a plain empty tensor of the same logical size."""
@@ -261,6 +296,9 @@ def decompositions() -> dict:
     table[aten.empty_permuted.default] = _empty_permuted
     table[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear_backward
     table[aten.upsample_nearest2d_backward.default] = _upsample_nearest_backward
+    table[aten.upsample_nearest1d_backward.default] = _upsample_nearest1d_backward
+    table[aten.upsample_linear1d_backward.default] = _upsample_linear1d_backward
+    table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool_backward
     return table
 
 

@@ -256,7 +256,9 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("factory_name", ["convnet", "convs", "resampling", "rnn", "dropout", "two_inputs"])
+@pytest.mark.parametrize(
+    "factory_name", ["convnet", "convs", "resampling", "volumes", "rnn", "dropout", "two_inputs"]
+)
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
     'cannot export' line, or an internal error): BatchNorm with running statistics (in-place
@@ -268,7 +270,8 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     other than 2-D, strided, dilated, grouped and transposed (with output_padding) decompose into
     convolutions: a Conv1d was an internal error (IndexError). 1-D nearest and linear
     interpolation and adaptive average pooling to sizes that do not divide have backwards
-    torch.onnx lacks: each was a 'cannot export' line."""
+    torch.onnx lacks: each was a 'cannot export' line; so were 3-D max and average pooling,
+    trilinear and nearest 3-D upsampling and bicubic upsampling."""
     if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
@@ -317,6 +320,19 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "        h = nn.functional.interpolate(h, scale_factor=2, mode='linear')\n"
         "        h = h.reshape(h.shape[0], 4, 6, 8)\n"
         "        return self.out(nn.functional.adaptive_avg_pool2d(h, 5).flatten(1))\n"
+        "class Volumes(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.c, self.out = nn.Conv3d(1, 2, 3, padding=1), nn.Linear(2 * 3 * 3, 2)\n"
+        "    def forward(self, x):\n"
+        "        h = nn.functional.max_pool3d(torch.tanh(self.c(x)), 2)\n"
+        "        h = nn.functional.interpolate(h, scale_factor=2, mode='trilinear')\n"
+        "        h = nn.functional.avg_pool3d(nn.functional.interpolate(h, scale_factor=2), 2, padding=1, count_include_pad=False)\n"
+        "        h = nn.functional.interpolate(h.mean(2), size=(3, 3), mode='bicubic')\n"
+        "        return self.out(h.flatten(1))\n"
+        "def volumes():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Volumes(), (torch.randn(2, 1, 6, 6, 6), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
         "def resampling():\n"
         "    torch.manual_seed(0)\n"
         "    return Resampling(), (torch.randn(2, 2, 16), torch.tensor([0, 1])), nn.functional.cross_entropy\n"

@@ -4,11 +4,12 @@ remat can import and `remat run` can replay (needs the optional extra ``remat-cl
 Route: ``make_fx`` (real tracing) of ``torch.func.grad_and_value`` over ``functional_call``,
 decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX exporter lacks or
 that keep onnxruntime's hidden temporaries small — ``aten.convolution_backward`` into
-convolutions, ``max_pool2d_with_indices_backward`` into ``scatter_add``,
-``avg_pool2d_backward`` into a transposed convolution, ``adaptive_max_pool2d`` (sizes that
-divide) into max pooling and its backward into ``scatter_add``, ``upsample_bilinear2d_backward``,
-``upsample_nearest2d_backward`` and ``_adaptive_avg_pool2d_backward`` into two MatMuls (the 1-D
-upsampling backwards into one), ``empty_permuted`` into ``empty``, ReLU's
+convolutions, ``max_pool{2,3}d_with_indices_backward`` into ``scatter_add``,
+``avg_pool{2,3}d_backward`` into a transposed convolution, ``adaptive_max_pool2d`` (sizes that
+divide) into max pooling and its backward into ``scatter_add``, the backwards of bilinear,
+bicubic and nearest 2-D upsampling and of ``_adaptive_avg_pool2d`` into two MatMuls with
+interpolation or pooling matrices (1-D upsampling into one, trilinear and nearest 3-D into three),
+``empty_permuted`` into ``empty``, ReLU's
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
@@ -22,6 +23,7 @@ of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -126,9 +128,10 @@ def _max_pool_backward(
     ceil_mode: bool,
     indices: torch.Tensor,
 ) -> torch.Tensor:
-    """max_pool2d_with_indices_backward as a scatter_add of the gradient at the argmax indices."""
+    """max_pool2d_with_indices_backward and max_pool3d_with_indices_backward as a scatter_add of
+    the gradient at the argmax indices (flat over the spatial dimensions)."""
     n, c = x.shape[0], x.shape[1]
-    flat = grad_out.new_zeros((n, c, x.shape[2] * x.shape[3]))
+    flat = grad_out.new_zeros((n, c, math.prod(x.shape[2:])))
     flat = flat.scatter_add(2, indices.flatten(2), grad_out.flatten(2))
     return flat.view(x.shape)
 
@@ -143,31 +146,28 @@ def _avg_pool_backward(
     count_include_pad: bool,
     divisor_override: int | None,
 ) -> torch.Tensor:
-    """avg_pool2d_backward (DenseNet's transitions; torch.onnx has no ONNX function for it) as a
-    grouped transposed convolution with a kernel of ones of the gradient divided by each
-    window's divisor. ceil_mode windows are left to the exporter (NotImplemented)."""
+    """avg_pool2d_backward and avg_pool3d_backward (DenseNet's transitions; torch.onnx has no
+    ONNX function for them) as a grouped transposed convolution with a kernel of ones of the
+    gradient divided by each window's divisor. ceil_mode windows are left to the exporter
+    (NotImplemented)."""
     if ceil_mode:
         return NotImplemented
-    kh, kw = (list(kernel_size) * 2)[:2]
-    sh, sw = (list(stride or kernel_size) * 2)[:2]
-    ph, pw = (list(padding) * 2)[:2]
+    d = x.dim() - 2
+    k = (list(kernel_size) * d)[:d]
+    st = (list(stride or kernel_size) * d)[:d]
+    pad = (list(padding) * d)[:d]
     if divisor_override:
         g = grad_out / divisor_override
-    elif count_include_pad or (ph, pw) == (0, 0):
-        g = grad_out / (kh * kw)
+    elif count_include_pad or not any(pad):
+        g = grad_out / math.prod(k)
     else:  # windows over the padding count only their real elements
-        ones = x.new_ones((1, 1, x.shape[2], x.shape[3]))
-        count = aten.convolution(
-            ones, x.new_ones((1, 1, kh, kw)), None, [sh, sw], [ph, pw], [1, 1], False, [0, 0], 1
-        )
+        ones = x.new_ones((1, 1, *x.shape[2:]))
+        count = aten.convolution(ones, x.new_ones((1, 1, *k)), None, st, pad, [1] * d, False, [0] * d, 1)
         g = grad_out / count
     # output_padding recovers the input size lost to integer division by the stride
-    op = [
-        x.shape[2] - ((grad_out.shape[2] - 1) * sh - 2 * ph + kh),
-        x.shape[3] - ((grad_out.shape[3] - 1) * sw - 2 * pw + kw),
-    ]
+    op = [x.shape[2 + i] - ((grad_out.shape[2 + i] - 1) * st[i] - 2 * pad[i] + k[i]) for i in range(d)]
     c = x.shape[1]
-    return aten.convolution(g, x.new_ones((c, 1, kh, kw)), None, [sh, sw], [ph, pw], [1, 1], True, op, c)
+    return aten.convolution(g, x.new_ones((c, 1, *k)), None, st, pad, [1] * d, True, op, c)
 
 
 def _adaptive_max_pool(x: torch.Tensor, output_size: list[int]) -> tuple[torch.Tensor, torch.Tensor] | object:
@@ -189,15 +189,62 @@ def _adaptive_max_pool_backward(
 
 
 def _interpolation_matrix(
-    n_in: int, n_out: int, align_corners: bool | None, scale: float | None, ref: torch.Tensor
+    n_in: int,
+    n_out: int,
+    align_corners: bool | None,
+    scale: float | None,
+    ref: torch.Tensor,
+    cubic: bool = False,
 ) -> torch.Tensor:
     """(n_in, n_out): row j is 1-D upsampling of the unit vector e_j, the same rule the forward
-    applies along one axis (bilinear and nearest upsampling are separable); nearest when
-    `align_corners` is None."""
+    applies along one axis (nearest, linear and cubic upsampling are separable); nearest when
+    `align_corners` is None, cubic with `cubic` (bicubic along one axis, the other of size 1)."""
     eye = torch.eye(n_in, dtype=ref.dtype, device=ref.device).unsqueeze(1)
     if align_corners is None:
         return aten.upsample_nearest1d(eye, [n_out], scale).squeeze(1)
+    if cubic:
+        return aten.upsample_bicubic2d(eye.unsqueeze(-1), [n_out, 1], align_corners, scale, None).flatten(1)
     return aten.upsample_linear1d(eye, [n_out], align_corners, scale).squeeze(1)
+
+
+def _along_axes(grad_out: torch.Tensor, mats: list[torch.Tensor]) -> torch.Tensor:
+    """grad_x of a separable upsampling y = x A_1 ... A_d (A_i (n_in, n_out) along spatial axis
+    i): grad_y multiplied by A_i^T along each axis."""
+    g = grad_out
+    for i, a in enumerate(mats):
+        g = torch.movedim(torch.matmul(torch.movedim(g, 2 + i, -1), a.transpose(0, 1)), -1, 2 + i)
+    return g
+
+
+def _upsample_3d_backward(
+    grad_out: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    align_corners: bool | None,
+    scales: tuple[float | None, float | None, float | None],
+) -> torch.Tensor:
+    """upsample_trilinear3d_backward and upsample_nearest3d_backward (no ONNX function in
+    torch.onnx): A^T along each of the three axes."""
+    mats = [
+        _interpolation_matrix(input_size[2 + i], output_size[i], align_corners, scales[i], grad_out)
+        for i in range(3)
+    ]
+    return _along_axes(grad_out, mats)
+
+
+def _upsample_bicubic_backward(
+    grad_out: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    align_corners: bool,
+    scales_h: float | None = None,
+    scales_w: float | None = None,
+) -> torch.Tensor:
+    """upsample_bicubic2d_backward (no ONNX function in torch.onnx): as the bilinear one, with
+    cubic interpolation matrices."""
+    a_h = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales_h, grad_out, cubic=True)
+    a_w = _interpolation_matrix(input_size[3], output_size[1], align_corners, scales_w, grad_out, cubic=True)
+    return torch.matmul(torch.matmul(a_h, grad_out), a_w.transpose(0, 1))
 
 
 def _upsample_bilinear_backward(
@@ -299,6 +346,15 @@ def decompositions() -> dict:
     table[aten.upsample_nearest1d_backward.default] = _upsample_nearest1d_backward
     table[aten.upsample_linear1d_backward.default] = _upsample_linear1d_backward
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool_backward
+    table[aten.avg_pool3d_backward.default] = _avg_pool_backward
+    table[aten.max_pool3d_with_indices_backward.default] = _max_pool_backward
+    table[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic_backward
+    table[aten.upsample_trilinear3d_backward.default] = lambda g, out, inp, align, sd=None, sh=None, sw=None: (
+        _upsample_3d_backward(g, out, inp, align, (sd, sh, sw))
+    )
+    table[aten.upsample_nearest3d_backward.default] = lambda g, out, inp, sd=None, sh=None, sw=None: (
+        _upsample_3d_backward(g, out, inp, None, (sd, sh, sw))
+    )
     return table
 
 

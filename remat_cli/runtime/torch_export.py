@@ -212,22 +212,27 @@ def _along_axes(grad_out: torch.Tensor, mats: list[torch.Tensor]) -> torch.Tenso
     i): grad_y multiplied by A_i^T along each axis."""
     g = grad_out
     for i, a in enumerate(mats):
-        g = torch.movedim(torch.matmul(torch.movedim(g, 2 + i, -1), a.transpose(0, 1)), -1, 2 + i)
+        axis = 2 + i
+        if axis == g.dim() - 1:  # the last axis: no move
+            g = torch.matmul(g, a.transpose(0, 1))
+        else:
+            g = torch.movedim(torch.matmul(torch.movedim(g, axis, -1), a.transpose(0, 1)), -1, axis)
     return g
 
 
-def _upsample_3d_backward(
+def _upsample_nd_backward(
     grad_out: torch.Tensor,
     output_size: list[int],
     input_size: list[int],
     align_corners: bool | None,
-    scales: tuple[float | None, float | None, float | None],
+    scales: tuple[float | None, ...],
 ) -> torch.Tensor:
-    """upsample_trilinear3d_backward and upsample_nearest3d_backward (no ONNX function in
-    torch.onnx): A^T along each of the three axes."""
+    """The backwards of 1-D and 3-D nearest and (tri)linear upsampling (no ONNX function in
+    torch.onnx): A^T along each spatial axis; nearest when `align_corners` is None."""
+    scales = scales + (None,) * (len(output_size) - len(scales))
     mats = [
         _interpolation_matrix(input_size[2 + i], output_size[i], align_corners, scales[i], grad_out)
-        for i in range(3)
+        for i in range(len(output_size))
     ]
     return _along_axes(grad_out, mats)
 
@@ -242,9 +247,9 @@ def _upsample_bicubic_backward(
 ) -> torch.Tensor:
     """upsample_bicubic2d_backward (no ONNX function in torch.onnx): as the bilinear one, with
     cubic interpolation matrices."""
-    a_h = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales_h, grad_out, cubic=True)
-    a_w = _interpolation_matrix(input_size[3], output_size[1], align_corners, scales_w, grad_out, cubic=True)
-    return torch.matmul(torch.matmul(a_h, grad_out), a_w.transpose(0, 1))
+    return _separable_backward(
+        grad_out, output_size, input_size, align_corners, scales_h, scales_w, cubic=True
+    )
 
 
 def _upsample_bilinear_backward(
@@ -279,31 +284,12 @@ def _separable_backward(
     align_corners: bool | None,
     scales_h: float | None,
     scales_w: float | None,
+    cubic: bool = False,
 ) -> torch.Tensor:
     """A_h^T grad_y A_w for 2-D upsampling (nearest when `align_corners` is None)."""
-    a_h = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales_h, grad_out)
-    a_w = _interpolation_matrix(input_size[3], output_size[1], align_corners, scales_w, grad_out)
+    a_h = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales_h, grad_out, cubic)
+    a_w = _interpolation_matrix(input_size[3], output_size[1], align_corners, scales_w, grad_out, cubic)
     return torch.matmul(torch.matmul(a_h, grad_out), a_w.transpose(0, 1))
-
-
-def _upsample_nearest1d_backward(
-    grad_out: torch.Tensor, output_size: list[int], input_size: list[int], scales: float | None = None
-) -> torch.Tensor:
-    """upsample_nearest1d_backward (no ONNX function in torch.onnx): y = x A, so grad_x = grad_y A^T."""
-    a = _interpolation_matrix(input_size[2], output_size[0], None, scales, grad_out)
-    return torch.matmul(grad_out, a.transpose(0, 1))
-
-
-def _upsample_linear1d_backward(
-    grad_out: torch.Tensor,
-    output_size: list[int],
-    input_size: list[int],
-    align_corners: bool,
-    scales: float | None = None,
-) -> torch.Tensor:
-    """upsample_linear1d_backward (no ONNX function in torch.onnx): as the nearest one."""
-    a = _interpolation_matrix(input_size[2], output_size[0], align_corners, scales, grad_out)
-    return torch.matmul(grad_out, a.transpose(0, 1))
 
 
 def _adaptive_avg_pool_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -343,18 +329,17 @@ def decompositions() -> dict:
     table[aten.empty_permuted.default] = _empty_permuted
     table[aten.upsample_bilinear2d_backward.default] = _upsample_bilinear_backward
     table[aten.upsample_nearest2d_backward.default] = _upsample_nearest_backward
-    table[aten.upsample_nearest1d_backward.default] = _upsample_nearest1d_backward
-    table[aten.upsample_linear1d_backward.default] = _upsample_linear1d_backward
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool_backward
     table[aten.avg_pool3d_backward.default] = _avg_pool_backward
     table[aten.max_pool3d_with_indices_backward.default] = _max_pool_backward
     table[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic_backward
-    table[aten.upsample_trilinear3d_backward.default] = lambda g, out, inp, align, sd=None, sh=None, sw=None: (
-        _upsample_3d_backward(g, out, inp, align, (sd, sh, sw))
-    )
-    table[aten.upsample_nearest3d_backward.default] = lambda g, out, inp, sd=None, sh=None, sw=None: (
-        _upsample_3d_backward(g, out, inp, None, (sd, sh, sw))
-    )
+    # aten's positional arguments: (grad, output_size, input_size, [align_corners,] *scales)
+    for op in (aten.upsample_nearest1d_backward, aten.upsample_nearest3d_backward):
+        table[op.default] = lambda g, out, inp, *scales: _upsample_nd_backward(g, out, inp, None, scales)
+    for op in (aten.upsample_linear1d_backward, aten.upsample_trilinear3d_backward):
+        table[op.default] = lambda g, out, inp, align, *scales: _upsample_nd_backward(
+            g, out, inp, align, scales
+        )
     return table
 
 

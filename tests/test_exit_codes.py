@@ -256,6 +256,37 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
+def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
+    """torch.onnx's export of F.affine_grid's training step fails onnx.checker (a shape of rank
+    2 where 4 is inferred): that was an internal error (exit 3); it is one line, exit 2, no
+    file. Should a later torch export it validly, the export simply succeeds."""
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Stn(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.theta, self.out = nn.Linear(3, 6), nn.Linear(3, 2)\n"
+        "    def forward(self, x):\n"
+        "        theta = self.theta(x.mean((2, 3))).view(-1, 2, 3)\n"
+        "        grid = nn.functional.affine_grid(theta, x.shape, align_corners=False)\n"
+        "        return self.out(x.mean((2, 3))) + grid.sum()\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Stn(), (torch.randn(2, 3, 4, 4), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
+    )
+    out = tmp_path / "out.onnx"
+    if without_torch(f"{factory}:make", out):
+        return
+    code, _, err = invoke("export-torch", f"{factory}:make", "-o", out)
+    assert code in (0, 2), err
+    if code == 2:
+        lines = [line for line in err if line.startswith("remat:")]
+        assert len(lines) == 1 and "is not a valid ONNX model" in lines[0], err
+        assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "factory_name", ["convnet", "convs", "resampling", "volumes", "rnn", "dropout", "two_inputs"]
 )

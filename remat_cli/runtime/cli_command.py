@@ -167,7 +167,7 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
         if not sep or not where or not attr:
             raise BadInput(f"{spec!r}: expected FILE.py:FACTORY or module:FACTORY")
         try:
-            from remat_cli.runtime.torch_export import export_training_graph
+            from remat_cli.runtime.torch_export import InvalidExport, export_training_graph
         except ImportError as e:
             raise BadInput(
                 f"export-torch needs torch and onnxscript (pip install 'remat-cli[torch]'): {e}"
@@ -204,6 +204,10 @@ def export_torch_command(spec: str, output: str, check: bool) -> None:
                 out = export_training_graph(made, output, name=Path(output).stem, check=check)
         except AssertionError as e:
             raise BadInput(f"the export does not match torch autograd: {e}") from None
+        except InvalidExport as e:
+            raise BadInput(
+                f"torch.onnx's export of this training step is not a valid ONNX model: {e}"
+            ) from None
         except Exception as e:
             if not type(e).__module__.startswith("torch.onnx"):
                 raise

@@ -401,7 +401,11 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)
     proto.graph.name = f"{name}-train"
-    onnx.checker.check_model(proto, full_check=True)
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        # torch.onnx's own output (affine_grid's export: a shape of rank 2 where 4 is inferred)
+        raise InvalidExport(str(e).strip().splitlines()[0]) from None
     path = Path(path)
     # checked under a temporary name: an export that fails its check leaves no file (nor
     # replaces one from before)
@@ -415,6 +419,10 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     finally:
         draft.unlink(missing_ok=True)
     return path
+
+
+class InvalidExport(ValueError):
+    """torch.onnx's export of the step is not a valid ONNX model (onnx.checker's reason)."""
 
 
 class _Step(NamedTuple):

@@ -19,6 +19,7 @@ from onnx import helper as oh
 
 from remat_cli.cli import main
 from remat_cli.generators import linear
+from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.runtime.session import CUDA_INSTALL, cuda_install_hint
 
 
@@ -288,7 +289,7 @@ def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "factory_name", ["convnet", "convs", "resampling", "volumes", "rnn", "dropout", "two_inputs"]
+    "factory_name", ["convnet", "convs", "resampling", "volumes", "bags", "rnn", "dropout", "two_inputs"]
 )
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
@@ -302,7 +303,8 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     convolutions: a Conv1d was an internal error (IndexError). 1-D nearest and linear
     interpolation and adaptive average pooling to sizes that do not divide have backwards
     torch.onnx lacks: each was a 'cannot export' line; so were 3-D max and average pooling,
-    trilinear and nearest 3-D upsampling and bicubic upsampling."""
+    trilinear and nearest 3-D upsampling and bicubic upsampling. EmbeddingBag's backward was
+    one too, and its forward's export built an ONNX sequence, which remat cannot import."""
     if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
@@ -361,6 +363,21 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "        h = nn.functional.avg_pool3d(nn.functional.interpolate(h, scale_factor=2), 2, padding=1, count_include_pad=False)\n"
         "        h = nn.functional.interpolate(h.mean(2), size=(3, 3), mode='bicubic')\n"
         "        return self.out(h.flatten(1))\n"
+        "class Bags(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.sum = nn.EmbeddingBag(20, 4, mode='sum', padding_idx=0)\n"
+        "        self.mean = nn.EmbeddingBag(20, 4, mode='mean', padding_idx=0, include_last_offset=True)\n"
+        "        self.out = nn.Linear(12, 2)\n"
+        "    def forward(self, ids, offsets, w):\n"
+        "        a = self.sum(ids, offsets, per_sample_weights=w)\n"
+        "        b = self.mean(ids, torch.cat([offsets, torch.tensor([ids.shape[0]])]))\n"
+        "        c = self.mean(ids.view(2, 4)).repeat(2, 1)[:3]\n"
+        "        return self.out(torch.cat([a, b, c], 1))\n"
+        "def bags():\n"
+        "    torch.manual_seed(0)\n"
+        "    ids, offsets = torch.tensor([1, 0, 3, 4, 4, 7, 0, 9]), torch.tensor([0, 2, 5])\n"
+        "    return Bags(), ((ids, offsets, torch.rand(8)), torch.tensor([0, 1, 1])), nn.functional.cross_entropy\n"
         "def volumes():\n"
         "    torch.manual_seed(0)\n"
         "    return Volumes(), (torch.randn(2, 1, 6, 6, 6), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
@@ -382,6 +399,7 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     code, _, err = invoke("export-torch", f"{factory}:{factory_name}", "-o", out)
     assert code == 0 and out.exists(), err
     assert any("only the shapes" in line for line in err) == (factory_name == "dropout"), err
+    from_onnx_file(out)  # remat imports it (EmbeddingBag's sequence did not)
 
 
 def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ convolutions, ``max_pool{2,3}d_with_indices_backward`` into ``scatter_add``,
 divide) into max pooling and its backward into ``scatter_add``, the backwards of bilinear,
 bicubic and nearest 2-D upsampling and of ``_adaptive_avg_pool2d`` into two MatMuls with
 interpolation or pooling matrices (1-D upsampling into one, trilinear and nearest 3-D into three),
-``empty_permuted`` into ``empty``, ReLU's
+EmbeddingBag's sum and mean bags and their backward into gathers and ``index_add`` (torch.onnx
+builds a sequence for the forward and has no function for the backward), ``empty_permuted``
+into ``empty``, ReLU's
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
@@ -306,6 +308,80 @@ def _adaptive_avg_pool_backward(grad_out: torch.Tensor, x: torch.Tensor) -> torc
     return torch.matmul(torch.matmul(p_h, grad_out), p_w.transpose(0, 1))
 
 
+def _bags(indices: torch.Tensor, offsets: torch.Tensor, n_bags: int) -> torch.Tensor:
+    """Each index's bag: the number of bag starts at or before its position, less one."""
+    at = torch.arange(indices.shape[0], device=indices.device)
+    return (at.unsqueeze(1) >= offsets[:n_bags].unsqueeze(0)).sum(1) - 1
+
+
+def _bag_rows(
+    rows: torch.Tensor, indices: torch.Tensor, per_sample_weights: torch.Tensor | None, padding_idx: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The looked-up rows as a bag sums them (per-sample weights, padding rows zero) and each
+    row's count towards its bag's size (0 for padding)."""
+    keep = torch.ones_like(indices, dtype=rows.dtype)
+    if padding_idx >= 0:
+        keep = (indices != padding_idx).to(rows.dtype)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    return rows * keep.unsqueeze(1), keep
+
+
+def _embedding_bag(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: torch.Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int = -1,
+) -> tuple[torch.Tensor, ...] | object:
+    """_embedding_bag (EmbeddingBag, a recommender's lookups) for sum and mean bags as a
+    row gather and an index_add per bag: torch.onnx's own export builds an ONNX sequence in a
+    Loop, whose tensors have no size remat can plan. Max bags are left to the exporter."""
+    if mode not in (0, 1):
+        return NotImplemented
+    n_bags = offsets.shape[0] - int(include_last_offset)
+    bag = _bags(indices, offsets, n_bags)
+    rows, keep = _bag_rows(weight.index_select(0, indices), indices, per_sample_weights, padding_idx)
+    out = weight.new_zeros((n_bags, weight.shape[1])).index_add(0, bag, rows)
+    size = weight.new_zeros(n_bags).index_add(0, bag, keep)
+    if mode == 1:
+        out = out / size.clamp(min=1).unsqueeze(1)
+    return out, bag, size.to(torch.long), torch.zeros_like(bag[:n_bags])
+
+
+def _embedding_bag_backward(
+    grad: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    offset2bag: torch.Tensor,
+    bag_size: torch.Tensor,
+    maximum_indices: torch.Tensor,
+    num_weights: int,
+    scale_grad_by_freq: bool,
+    mode: int,
+    sparse: bool,
+    per_sample_weights: torch.Tensor | None,
+    padding_idx: int = -1,
+) -> torch.Tensor | object:
+    """_embedding_bag_backward (no ONNX function in torch.onnx) for sum and mean bags: each
+    looked-up row gets its bag's gradient (over the bag's size for mean, times its per-sample
+    weight), summed per row with index_add. The bags come from the offsets (as in
+    :func:`_embedding_bag`). Max bags and scale_grad_by_freq are left to the exporter."""
+    if mode not in (0, 1) or scale_grad_by_freq:
+        return NotImplemented
+    n_bags = grad.shape[0]
+    bag = _bags(indices, offsets, n_bags)
+    g, keep = _bag_rows(grad.index_select(0, bag), indices, per_sample_weights, padding_idx)
+    if mode == 1:
+        size = grad.new_zeros(n_bags).index_add(0, bag, keep)
+        g = g / size.index_select(0, bag).clamp(min=1).unsqueeze(1)
+    return grad.new_zeros((num_weights, grad.shape[1])).index_add(0, indices, g)
+
+
 def _empty_permuted(size: list[int], physical_layout: list[int], **kwargs) -> torch.Tensor:  # noqa: ANN003
     """aten.empty_permuted (GroupNorm/LayerNorm backward on CPU): its memory layout means
     nothing to ONNX, so a plain empty tensor of the same logical size."""
@@ -333,6 +409,8 @@ def decompositions() -> dict:
     table[aten.avg_pool3d_backward.default] = _avg_pool_backward
     table[aten.max_pool3d_with_indices_backward.default] = _max_pool_backward
     table[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic_backward
+    table[aten._embedding_bag.default] = _embedding_bag
+    table[aten._embedding_bag_backward.default] = _embedding_bag_backward
     # aten's positional arguments: (grad, output_size, input_size, [align_corners,] *scales)
     for op in (aten.upsample_nearest1d_backward, aten.upsample_nearest3d_backward):
         table[op.default] = lambda g, out, inp, *scales: _upsample_nd_backward(g, out, inp, None, scales)

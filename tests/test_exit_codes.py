@@ -289,7 +289,8 @@ def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "factory_name", ["convnet", "convs", "resampling", "volumes", "bags", "rnn", "dropout", "two_inputs"]
+    "factory_name",
+    ["convnet", "convs", "resampling", "volumes", "bags", "bilinear", "rnn", "dropout", "two_inputs"],
 )
 def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_name: str) -> None:
     """Layers of common models whose backward torch.onnx cannot export as traced (each was one
@@ -304,7 +305,8 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     interpolation and adaptive average pooling to sizes that do not divide have backwards
     torch.onnx lacks: each was a 'cannot export' line; so were 3-D max and average pooling,
     trilinear and nearest 3-D upsampling and bicubic upsampling. EmbeddingBag's backward was
-    one too, and its forward's export built an ONNX sequence, which remat cannot import."""
+    one too, and its forward's export built an ONNX sequence, which remat cannot import; so was
+    nn.Bilinear (aten._trilinear)."""
     if without_torch("x.py:f", tmp_path / "o.onnx"):
         return
     factory = tmp_path / "factory.py"
@@ -378,6 +380,15 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
         "    torch.manual_seed(0)\n"
         "    ids, offsets = torch.tensor([1, 0, 3, 4, 4, 7, 0, 9]), torch.tensor([0, 2, 5])\n"
         "    return Bags(), ((ids, offsets, torch.rand(8)), torch.tensor([0, 1, 1])), nn.functional.cross_entropy\n"
+        "def bilinear():\n"
+        "    torch.manual_seed(0)\n"
+        "    class Net(nn.Module):\n"
+        "        def __init__(self):\n"
+        "            super().__init__()\n"
+        "            self.a, self.bil = nn.Linear(4, 3), nn.Bilinear(3, 4, 2)\n"
+        "        def forward(self, x):\n"
+        "            return self.bil(torch.tanh(self.a(x)), x)\n"
+        "    return Net(), (torch.randn(3, 4), torch.tensor([0, 1, 1])), nn.functional.cross_entropy\n"
         "def volumes():\n"
         "    torch.manual_seed(0)\n"
         "    return Volumes(), (torch.randn(2, 1, 6, 6, 6), torch.tensor([0, 1])), nn.functional.cross_entropy\n"

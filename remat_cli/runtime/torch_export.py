@@ -10,8 +10,8 @@ divide) into max pooling and its backward into ``scatter_add``, the backwards of
 bicubic and nearest 2-D upsampling and of ``_adaptive_avg_pool2d`` into two MatMuls with
 interpolation or pooling matrices (1-D upsampling into one, trilinear and nearest 3-D into three),
 EmbeddingBag's sum and mean bags and their backward into gathers and ``index_add`` (torch.onnx
-builds a sequence for the forward and has no function for the backward), ``empty_permuted``
-into ``empty``, ReLU's
+builds a sequence for the forward and has no function for the backward), ``_trilinear``
+(nn.Bilinear) into an einsum, ``empty_permuted`` into ``empty``, ReLU's
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
@@ -382,6 +382,29 @@ def _embedding_bag_backward(
     return grad.new_zeros((num_weights, grad.shape[1])).index_add(0, indices, g)
 
 
+def _trilinear(
+    i1: torch.Tensor,
+    i2: torch.Tensor,
+    i3: torch.Tensor,
+    expand1: list[int],
+    expand2: list[int],
+    expand3: list[int],
+    sumdim: list[int],
+    unroll_dim: int = 1,
+) -> torch.Tensor:
+    """aten._trilinear (nn.Bilinear, forward and backward; no ONNX function in torch.onnx) as
+    one einsum: each input spans the dimensions it is not expanded along, the output those not
+    summed over."""
+    total = i1.dim() + len(expand1)
+    letters = [chr(ord("a") + k) for k in range(total)]
+
+    def spans(expand: list[int]) -> str:
+        return "".join(letters[k] for k in range(total) if k not in expand)
+
+    out = "".join(letters[k] for k in range(total) if k not in sumdim)
+    return torch.einsum(f"{spans(expand1)},{spans(expand2)},{spans(expand3)}->{out}", i1, i2, i3)
+
+
 def _empty_permuted(size: list[int], physical_layout: list[int], **kwargs) -> torch.Tensor:  # noqa: ANN003
     """aten.empty_permuted (GroupNorm/LayerNorm backward on CPU): its memory layout means
     nothing to ONNX, so a plain empty tensor of the same logical size."""
@@ -410,6 +433,7 @@ def decompositions() -> dict:
     table[aten.max_pool3d_with_indices_backward.default] = _max_pool_backward
     table[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic_backward
     table[aten._embedding_bag.default] = _embedding_bag
+    table[aten._trilinear.default] = _trilinear
     table[aten._embedding_bag_backward.default] = _embedding_bag_backward
     # aten's positional arguments: (grad, output_size, input_size, [align_corners,] *scales)
     for op in (aten.upsample_nearest1d_backward, aten.upsample_nearest3d_backward):

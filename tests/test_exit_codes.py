@@ -41,6 +41,15 @@ def bad_input(*args: str | Path) -> str:
     return err[0]
 
 
+def export(factory: Path, name: str, out: Path) -> tuple[int, list[str]] | None:
+    """`remat export-torch FACTORY:NAME -o OUT`: (exit code, stderr lines); None where torch is
+    missing (once the command has named the extra)."""
+    if without_torch(f"{factory}:{name}", out):
+        return None
+    code, _, err = invoke("export-torch", f"{factory}:{name}", "-o", out)
+    return code, err
+
+
 def without_torch(factory: str, out: Path) -> bool:
     """Where torch or onnxscript is missing (CI installs no extras): True, once export-torch has
     named the extra to install."""
@@ -244,9 +253,9 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
         "    return make(True, 9)\n"
     )
     out = tmp_path / "out.onnx"
-    if without_torch(f"{factory}:make", out):
+    if (done := export(factory, "make", out)) is None:
         return
-    code, _, err = invoke("export-torch", f"{factory}:make", "-o", out)
+    code, err = done
     assert code == 0 and out.exists(), err
     out.unlink()
     line = bad_input("export-torch", f"{factory}:ceil", "-o", out)
@@ -278,9 +287,9 @@ def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
         "    return Stn(), (torch.randn(2, 3, 4, 4), torch.tensor([0, 1])), nn.functional.cross_entropy\n"
     )
     out = tmp_path / "out.onnx"
-    if without_torch(f"{factory}:make", out):
+    if (done := export(factory, "make", out)) is None:
         return
-    code, _, err = invoke("export-torch", f"{factory}:make", "-o", out)
+    code, err = done
     assert code in (0, 2), err
     if code == 2:
         lines = [line for line in err if line.startswith("remat:")]

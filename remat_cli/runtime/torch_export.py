@@ -25,6 +25,7 @@ of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -239,21 +240,6 @@ def _upsample_nd_backward(
     return _along_axes(grad_out, mats)
 
 
-def _upsample_bicubic_backward(
-    grad_out: torch.Tensor,
-    output_size: list[int],
-    input_size: list[int],
-    align_corners: bool,
-    scales_h: float | None = None,
-    scales_w: float | None = None,
-) -> torch.Tensor:
-    """upsample_bicubic2d_backward (no ONNX function in torch.onnx): as the bilinear one, with
-    cubic interpolation matrices."""
-    return _separable_backward(
-        grad_out, output_size, input_size, align_corners, scales_h, scales_w, cubic=True
-    )
-
-
 def _upsample_bilinear_backward(
     grad_out: torch.Tensor,
     output_size: list[int],
@@ -261,11 +247,12 @@ def _upsample_bilinear_backward(
     align_corners: bool,
     scales_h: float | None = None,
     scales_w: float | None = None,
+    cubic: bool = False,
 ) -> torch.Tensor:
     """upsample_bilinear2d_backward (no ONNX function in torch.onnx; UNet-style decoders): the
     forward is y = A_h x A_w^T per channel, so grad_x = A_h^T grad_y A_w, two MatMuls with
-    interpolation matrices of the sizes involved."""
-    return _separable_backward(grad_out, output_size, input_size, align_corners, scales_h, scales_w)
+    interpolation matrices of the sizes involved; with `cubic`, upsample_bicubic2d_backward."""
+    return _separable_backward(grad_out, output_size, input_size, align_corners, scales_h, scales_w, cubic)
 
 
 def _upsample_nearest_backward(
@@ -431,7 +418,9 @@ def decompositions() -> dict:
     table[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool_backward
     table[aten.avg_pool3d_backward.default] = _avg_pool_backward
     table[aten.max_pool3d_with_indices_backward.default] = _max_pool_backward
-    table[aten.upsample_bicubic2d_backward.default] = _upsample_bicubic_backward
+    table[aten.upsample_bicubic2d_backward.default] = functools.partial(
+        _upsample_bilinear_backward, cubic=True
+    )
     table[aten._embedding_bag.default] = _embedding_bag
     table[aten._trilinear.default] = _trilinear
     table[aten._embedding_bag_backward.default] = _embedding_bag_backward

@@ -11,7 +11,6 @@ session, and the base stays live as long as the schedule keeps it.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,7 +21,7 @@ import onnx
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import draws_random
 from remat_cli.runtime.model import elem_types, node_table, single_node_model, view_values
-from remat_cli.runtime.node_sessions import Entry, NodeSessions, device_short
+from remat_cli.runtime.node_sessions import Entry, NodeSessions, ReplayClock, device_short
 from remat_cli.runtime.session import RunFailed, check_cuda_session, cuda_providers
 from remat_cli.schedule import Step
 
@@ -186,8 +185,7 @@ class Interpreter:
         size = {name: self._bytes(name, v) for name, v in live.items()}
         mem = sum(size.values())
         peak = mem
-        made, made_cpu = self.sessions.seconds, self.sessions.cpu_seconds
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = ReplayClock([self.sessions])
         for k, step in enumerate(steps):
             if step.op == "compute":
                 out_bytes = self.compute(k, step.node, live, size)
@@ -197,9 +195,7 @@ class Interpreter:
                 # Values the importer added but ONNX never writes (none today) are skipped.
                 del live[step.value]
                 mem -= size.pop(step.value)
-        # making a session (CUDA, on first use) is not running the schedule
-        wall = time.perf_counter() - t0 - (self.sessions.seconds - made)
-        cpu = time.process_time() - c0 - (self.sessions.cpu_seconds - made_cpu)
+        wall, cpu = clock.stop()  # making a session (CUDA, on first use) is not running the schedule
         return peak, wall, cpu, live
 
 

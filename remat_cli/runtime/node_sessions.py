@@ -10,7 +10,8 @@ dropped (its handles, and its arena with the chunks it kept, go with it). The ne
 least recently used: a replay visits the nodes in the same order every time, and on such a cycle
 dropping the newest keeps the sessions made first for every later replay, where dropping the
 oldest would make a session at every step. The time spent making sessions is counted apart
-(``seconds``, ``cpu_seconds``), so that a replay's time is its nodes' runs. On the CPU a session
+(``seconds``, ``cpu_seconds``), and ``ReplayClock`` takes it out of a replay's time, single- or
+multi-device, so that a replay's time is its nodes' runs. On the CPU a session
 costs little and every one is made up front, which also names a node onnxruntime cannot run
 before any replay starts.
 """
@@ -45,12 +46,6 @@ class NodeSessions:
         for n in self._nodes:
             self[n]
 
-    def __contains__(self, node: object) -> bool:
-        return node in self._known
-
-    def __len__(self) -> int:
-        return len(self._known)
-
     def held(self) -> list[str]:
         """The nodes whose sessions are made and not dropped, in the order made."""
         return list(self._made)
@@ -70,6 +65,24 @@ class NodeSessions:
         self.created += 1
         self._made[node] = got
         return got
+
+
+class ReplayClock:
+    """Wall and CPU seconds from its creation to `stop`, less what `pools` spent making
+    sessions meanwhile: a replay's time is its nodes' runs (module docstring)."""
+
+    def __init__(self, pools: Iterable[NodeSessions]):
+        self.pools = list(pools)
+        self.made = self._making()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def _making(self) -> tuple[float, float]:
+        return sum(p.seconds for p in self.pools), sum(p.cpu_seconds for p in self.pools)
+
+    def stop(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
+        made, made_cpu = self._making()
+        return wall - (made - self.made[0]), cpu - (made_cpu - self.made[1])
 
 
 def device_short(device_id: int, reserve: float = RESERVE) -> Callable[[], bool]:

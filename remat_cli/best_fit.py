@@ -1,7 +1,8 @@
 """The best-fit placement loop of `memory_plan`, compiled (numba): it runs hundreds of times per
-MODeL solve (perturbed orders, the plateau walk), where the numpy version took 4 ms for the 203
-buffers of an exported VGG-11 step and 30 ms for 891 (ResNet-18). Imported lazily by
-`memory_plan`, so that commands which never place buffers do not load numba.
+MODeL solve (perturbed orders, the plateau walk) and tens of thousands in the joint walk, where
+the numpy version took 4 ms for the 203 buffers of an exported VGG-11 step and 30 ms for 891
+(ResNet-18). Imported lazily by `memory_plan`, so that commands which never place buffers do not
+load numba.
 """
 
 from __future__ import annotations
@@ -35,37 +36,43 @@ def first_fit_kernel(
 def _fit(
     start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray, lowest: bool
 ) -> np.ndarray:
+    # The placed buffers are kept sorted by offset, so each buffer's gaps come from one scan in
+    # address order, not from collecting its overlaps and sorting them: on the joint walk's moves
+    # on MobileNet-v2 b1 (2,000 buffers) 0.34 ms a call instead of 2.7 ms
     offset = offset.copy()
     n = len(start)
-    lo = np.empty(n, dtype=np.int64)
-    hi = np.empty(n, dtype=np.int64)
+    placed = np.empty(n, dtype=np.int64)
+    fixed = np.nonzero((offset >= 0) & (size > 0))[0]
+    count = len(fixed)
+    placed[:count] = fixed[np.argsort(offset[fixed], kind="mergesort")]
     for i in order:
         if size[i] == 0:
             offset[i] = 0
             continue
-        m = 0
-        for j in range(n):
-            if offset[j] >= 0 and size[j] > 0 and start[j] < end[i] and start[i] < end[j]:
-                lo[m] = offset[j]
-                hi[m] = offset[j] + size[j]
-                m += 1
-        if m == 0:
-            offset[i] = 0
-            continue
-        by_lo = np.argsort(lo[:m], kind="mergesort")
-        reach = 0  # top of everything below the current interval
+        reach = 0  # top of everything below the current gap
         best_gap = -1
         chosen = -1
-        for k in by_lo:
-            gap = lo[k] - reach
-            if gap >= size[i] and (best_gap < 0 or gap < best_gap):
-                best_gap = gap
-                chosen = reach
-                if lowest:
-                    break
-            if hi[k] > reach:
-                reach = hi[k]
-        offset[i] = chosen if chosen >= 0 else reach
+        for q in range(count):
+            j = placed[q]
+            if start[j] < end[i] and start[i] < end[j]:
+                gap = offset[j] - reach
+                if gap >= size[i] and (best_gap < 0 or gap < best_gap):
+                    best_gap = gap
+                    chosen = reach
+                    if lowest:
+                        break
+                top = offset[j] + size[j]
+                if top > reach:
+                    reach = top
+        at = chosen if chosen >= 0 else reach
+        offset[i] = at
+        # insert i after every placed buffer at or below its offset
+        q = count
+        while q > 0 and offset[placed[q - 1]] > at:
+            placed[q] = placed[q - 1]
+            q -= 1
+        placed[q] = i
+        count += 1
     return offset
 
 

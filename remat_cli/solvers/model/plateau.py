@@ -150,12 +150,13 @@ def joint_walk(
         return arena, int((size * (e - s))[top > arena - band].sum())
 
     cur = score(off, start, end)
+    pos = np.empty(n, dtype=np.int64)  # each operator's place in `order`
+    pos[order] = np.arange(n)
     stale = 0
     while cur[0] > bound and stale < patience and time.monotonic() < deadline:
         stale += 1
         trial, s, e = order, start, end
         if rng.random() < ORDER_MOVES:
-            pos = {v: k for k, v in enumerate(order)}
             side = 0  # -1: earlier, 1: later, 0: anywhere in the window
             # half the time, shorten a tensor at the top: its producer later, or its last reader
             # earlier
@@ -167,9 +168,9 @@ def joint_walk(
                     i, side = max((int(r) for r in life.readers[t]), key=pos.__getitem__), -1
             else:
                 i = int(rng.integers(n))
-            k = pos[i]
-            lo = max((pos[q] for q in p.preds[i]), default=-1) + 1
-            hi = min((pos[q] for q in p.succs[i]), default=n) - 1
+            k = int(pos[i])
+            lo = int(max((pos[q] for q in p.preds[i]), default=-1)) + 1
+            hi = int(min((pos[q] for q in p.succs[i]), default=n)) - 1
             lo, hi = (k + 1, hi) if side > 0 else (lo, k - 1) if side < 0 else (lo, hi)
             target = int(rng.integers(lo, hi + 1)) if hi >= lo else k
             if target == k:
@@ -193,5 +194,7 @@ def joint_walk(
         if got <= cur:
             if got < cur:
                 stale = 0
+            if trial is not order:
+                pos[trial] = np.arange(n)
             order, start, end, off, cur = trial, s, e, placed, got
     return order, off.tolist()

@@ -29,6 +29,7 @@ from remat_cli.solvers.model.ordering import (
     improve_order,
     pair_descent,
     pair_move,
+    peak_walk,
     private_chain,
 )
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
@@ -454,3 +455,85 @@ def test_fit_kernels_match_the_plain_rule_with_fixed_and_placed_buffers() -> Non
         for kernel, lowest in ((first_fit_kernel, True), (best_fit_kernel, False)):
             got = kernel(start, end, size, free, offset).tolist()
             assert got == _reference_fit(start, end, size, free, offset, lowest)
+
+
+def cropped_gradients(shapes: tuple[tuple[int, int, int], ...] = ((8, 8, 5), (11, 11, 11), (6, 6, 5))) -> Graph:
+    """Weight gradients made the way the exporter makes a convolution's: a temporary t, its
+    transposed copy u (t and u live together at the copy) and the gradient g cropped from u,
+    kept to the end. Whichever sequence they run in, the copies of the later ones hold the
+    earlier gradients: the best order's peak is 28, the cuts, the last gradient's cut and the
+    pairs of cuts see at most 27 (each leaves out one of the three gradients)."""
+    values = [Value(id="x", size=1, role="input")]
+    nodes = []
+    for k, (t, u, g) in enumerate(shapes):
+        values += [Value(id=f"t{k}", size=t), Value(id=f"u{k}", size=u), Value(id=f"g{k}", size=g)]
+        nodes += [
+            Node(id=f"conv{k}", inputs=["x"], outputs=[f"t{k}"]),
+            Node(id=f"perm{k}", inputs=[f"t{k}"], outputs=[f"u{k}"]),
+            Node(id=f"crop{k}", inputs=[f"u{k}"], outputs=[f"g{k}"]),
+        ]
+    return Graph(name="cropped_grads", values=values, nodes=nodes, outputs=[f"g{k}" for k in range(len(shapes))])
+
+
+def test_the_sequence_bound_sees_three_gradients_where_pairs_and_the_last_one_do_not() -> None:
+    g = cropped_gradients()
+    p = Problem(g)
+    net = CutNetwork(p)
+    program = list(range(len(p)))
+    live = live_profile(p, program)
+    peak = int(live.max())
+    cuts = np.array([net.cut(v) for v in range(len(p))])
+    three = max(int(cuts.max()), last_of_bound(p, net, peak))
+    three = max(three, bound.pair_bound(net, cuts, live, three, peak))
+    best = min(p.peak(o) for o in orders(p))
+    assert three == 27 and best == 28
+    assert bound.sequence_bound(p, net, peak) == 28 == cut_bound(p, program)
+    s, _ = solve(g, order_only=True)
+    assert s is not None and s.solver.status == "optimal" and s.summary.peak_memory == 28 + 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_sequence_bound_never_exceeds_the_best_order(seed: int) -> None:
+    """On tiny random DAGs and on random cropped gradients (brute force over every order)."""
+    rng = np.random.default_rng(seed)
+    shapes = tuple((int(a), int(a), int(rng.integers(1, a + 1))) for a in rng.integers(1, 12, 3))
+    for g in (tiny_dag(seed, 7), cropped_gradients(shapes)):
+        p = Problem(g)
+        best = min(p.peak(o) for o in orders(p))
+        assert bound.sequence_bound(p, CutNetwork(p), p.peak(list(range(len(p))))) <= best
+
+
+def shared_reads() -> Graph:
+    """A small value s read by two operators whose results o1, o2 wait for a final join, and a
+    big temporary b made into c before the join. In program order (s's readers first) the peak is
+    at c: o1 + o2 + b + c = 109. Moving one reader after c changes nothing there (s stays live for
+    the other), so a climb that keeps only lower peaks stops; both moved, then s, give 101."""
+    values = [Value(id="x", size=1, role="input"), Value(id="s", size=4), Value(id="o1", size=4)]
+    values += [Value(id="o2", size=4), Value(id="b", size=100), Value(id="c", size=1), Value(id="y", size=1)]
+    nodes = [
+        Node(id="make_s", inputs=["x"], outputs=["s"]),
+        Node(id="read1", inputs=["s"], outputs=["o1"]),
+        Node(id="read2", inputs=["s"], outputs=["o2"]),
+        Node(id="make_b", inputs=["x"], outputs=["b"]),
+        Node(id="make_c", inputs=["b"], outputs=["c"]),
+        Node(id="join", inputs=["o1", "o2", "c"], outputs=["y"]),
+    ]
+    return Graph(name="shared_reads", values=values, nodes=nodes, outputs=["y"])
+
+
+def test_peak_walk_takes_the_moves_that_change_nothing_at_the_peak() -> None:
+    g = shared_reads()
+    p = Problem(g)
+    program = list(range(len(p)))
+    assert p.peak(program) == 109 and p.peak(improve_order(p, program, time.monotonic() + 5)) == 109
+    walked = peak_walk(p, program, 0, time.monotonic() + 5, seed=0)
+    assert is_order(p, walked) and p.peak(walked) == 101 == min(p.peak(o) for o in orders(p))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_peak_walk_keeps_the_precedences_and_never_raises_the_peak(seed: int) -> None:
+    g = tiny_dag(seed, 9)
+    p = Problem(g)
+    start = list(range(len(p)))
+    walked = peak_walk(p, start, 0, time.monotonic() + 5, seed=seed, patience=300)
+    assert is_order(p, walked) and p.peak(walked) <= p.peak(start)

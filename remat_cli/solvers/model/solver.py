@@ -80,6 +80,7 @@ from remat_cli.solvers.model.ordering import (
     improve_order,
     pair_descent,
     pair_move,
+    peak_walk,
     solve_order,
 )
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
@@ -187,9 +188,8 @@ class Model(Solver):
             start, floor, paired = self._order_start(p, options, floor, deadline, net)
             if paired is not None and p.peak(paired) < p.peak(start):
                 start = paired
-            r = self._rebound(
-                p, solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall), deadline, net
-            )
+            r = solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall)
+            r = self._rebound(p, self._walk(p, r, time.monotonic() + left(0.5), seed), deadline, net)
             steps = self._steps(p, r.order)
             return result(
                 steps,
@@ -224,6 +224,7 @@ class Model(Solver):
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
+        r = self._walk(p, r, time.monotonic() + left(0.1), seed)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None
@@ -375,6 +376,16 @@ class Model(Solver):
         moved = pair_move(p, start, pair[0], pair[1], until(0.1), net)
         moved = cut_descent(p, moved, floor, until(0.25), net=net)
         return order, floor, pair_descent(p, moved, pair, floor, until(0.1), net)
+
+    @staticmethod
+    def _walk(p: Problem, r: OrderResult, deadline: float, seed: int) -> OrderResult:
+        """The order search's result walked across its peak (`ordering.peak_walk`) where it is
+        above the bound."""
+        if r.optimal or r.peak <= r.bound:
+            return r
+        order = peak_walk(p, r.order, r.bound, deadline, seed)
+        peak = p.peak(order)
+        return OrderResult(order, peak, r.bound, peak <= r.bound) if peak < r.peak else r
 
     @staticmethod
     def _rebound(p: Problem, r: OrderResult, deadline: float, net: CutNetwork) -> OrderResult:

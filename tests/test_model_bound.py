@@ -457,7 +457,9 @@ def test_fit_kernels_match_the_plain_rule_with_fixed_and_placed_buffers() -> Non
             assert got == _reference_fit(start, end, size, free, offset, lowest)
 
 
-def cropped_gradients(shapes: tuple[tuple[int, int, int], ...] = ((8, 8, 5), (11, 11, 11), (6, 6, 5))) -> Graph:
+def cropped_gradients(
+    shapes: tuple[tuple[int, int, int], ...] = ((8, 8, 5), (11, 11, 11), (6, 6, 5)),
+) -> Graph:
     """Weight gradients made the way the exporter makes a convolution's: a temporary t, its
     transposed copy u (t and u live together at the copy) and the gradient g cropped from u,
     kept to the end. Whichever sequence they run in, the copies of the later ones hold the
@@ -472,7 +474,9 @@ def cropped_gradients(shapes: tuple[tuple[int, int, int], ...] = ((8, 8, 5), (11
             Node(id=f"perm{k}", inputs=[f"t{k}"], outputs=[f"u{k}"]),
             Node(id=f"crop{k}", inputs=[f"u{k}"], outputs=[f"g{k}"]),
         ]
-    return Graph(name="cropped_grads", values=values, nodes=nodes, outputs=[f"g{k}" for k in range(len(shapes))])
+    return Graph(
+        name="cropped_grads", values=values, nodes=nodes, outputs=[f"g{k}" for k in range(len(shapes))]
+    )
 
 
 def test_the_sequence_bound_sees_three_gradients_where_pairs_and_the_last_one_do_not() -> None:

@@ -17,9 +17,10 @@ recomputation, in three stages sharing the time limit:
    batch 32); with --order-only the lower peak goes on, the joint mode adds it to its orders for
    addresses.
 1. §5.5 reordering alone (`ordering.py`): CP-SAT minimises the fragmentation-free peak from the
-   warm start; its proven bound (or the minimum-cut bound of `bound.py`, a strengthening of
-   eq. 12's forced preservation, when larger; with --order-only taken again from the order
-   found) is a lower bound for every arena.
+   warm start, then, where that is above the bound, the walk across the peak
+   (`ordering.peak_walk`); its proven bound (or the minimum-cut bound of `bound.py`, a
+   strengthening of eq. 12's forced preservation, when larger; with --order-only taken again
+   from the order found) is a lower bound for every arena.
 2. §4.3 addresses (`addresses.py`): greedy best fit for each candidate order (the order
    stage's, the program's, the start), then the placement heuristics (perturbed best fit, the
    big buffers placed exactly first) on each whose peak is below the best arena; when that is

@@ -222,11 +222,13 @@ class Model(Solver):
             )
 
         # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
-        start, floor, paired = self._order_start(p, options, floor, deadline, CutNetwork(p))
+        net = CutNetwork(p)
+        start, floor, paired = self._order_start(p, options, floor, deadline, net)
         # without stage 3 (too large) the order search gets most of the time
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
         r = self._walk(p, r, time.monotonic() + left(0.1), seed)
+        r = self._rebound(p, r, time.monotonic() + left(0.1), net)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
         best: tuple[int, list[int], list[Buffer], list[int]] | None = None

@@ -340,7 +340,7 @@ def sequence_bound(p: Problem, net: CutNetwork, peak: int, deadline: float | Non
                     after |= down[j]
             for i in range(k):
                 t = last | (1 << i)
-                if t == last or (after >> items[i]) & 1:  # in T already, or it feeds T
+                if t == last or (after >> items[i]) & 1:  # in T already, or T feeds it
                     continue
                 before = 0
                 for j in range(k):

@@ -148,6 +148,8 @@ def peak_walk(
         return top, int((profile == top).sum()), start, end, profile
 
     cur = score(order)
+    pos = np.empty(n, dtype=np.int64)  # each operator's place in `order`
+    pos[order] = np.arange(n)
     stale = 0
     while cur[0] > bound and stale < patience and time.monotonic() < deadline:
         stale += 1
@@ -158,8 +160,6 @@ def peak_walk(
         if len(across) == 0:
             break
         t = int(rng.choice(across))
-        pos = np.empty(n, dtype=np.int64)
-        pos[order] = np.arange(n)
         if rng.random() < 0.5:
             i = int(life.src[t])
             hi = int(min((pos[q] for q in p.succs[i]), default=n)) - 1
@@ -183,6 +183,7 @@ def peak_walk(
         if got[:2] <= (top, count):
             if got[:2] < (top, count):
                 stale = 0
+            pos[trial] = np.arange(n)
             order, cur = trial, got
     return order
 

@@ -12,8 +12,8 @@ recomputation, in three stages sharing the time limit:
    (all four shipped ONNX training graphs, in at most 2.7 s), then chain moves
    (`ordering.chain_descent`: a weight's transpose-view-flip chain moved next to the backward
    convolution that reads it; MobileNet-v2 b32) and the walk across the peak
-   (`ordering.peak_walk`; MobileNet-v2 b1: to the bound in 0.2 s). Where a pair of operators set the
-   bound, a second descent starts from the order that pair points at, and pair moves from the
+   (`ordering.peak_walk`; MobileNet-v2 b1: to the bound in 0.2 s). Where a pair of operators set
+   the bound, a second descent starts from the order that pair points at, and pair moves from the
    peak follow it (`ordering.pair_move`, `ordering.pair_descent`: the exported ResNet-18 step,
    batch 32); with --order-only the lower peak goes on, the joint mode adds it to its orders for
    addresses.
@@ -354,9 +354,9 @@ class Model(Solver):
     ) -> tuple[list[int], int, list[int] | None]:
         """Stage 0: the start order, hill-climbed, then the minimum-cut bound, the cut descent
         towards it, the chain moves and the walk across the peak, each with a share of the time
-        left; returns (order, bound,
-        paired). Where a pair of operators set the bound, `paired` is the descent from the order
-        that pair points at, followed by the pair descent (else None): with --order-only the lower
+        left; returns (order, bound, paired). Where a pair of operators set the bound, `paired` is
+        the descent from the order that pair points at, followed by the pair descent (else None):
+        with --order-only the lower
         of the two peaks starts the order search; the joint mode keeps the cut descent's order as
         its start and adds `paired` to its candidates for addresses, since orders of the same peak
         place differently (MobileNet-v2 b1, 300 s: arena 1.67% above its order's peak from the

@@ -28,6 +28,17 @@ smaller arena: on the shipped ResNet step none of 1,000 draws (three seeds) impr
 arena, nor 300 on the exported transformer (b32), and 300 cost 1-1.7 s per placement there. ``exact=False`` stops before the full
 model (the solver's cheap look at several candidate orders).
 
+Then squeaky wheel optimisation (`squeaky_wheel`; Joslin & Clements, "Squeaky Wheel"
+Optimization, JAIR 10, 1999; not in the paper): first fit in a priority order, and the buffers
+that end near the arena's top are raised in priority for the next round. Where a training
+step's arena is set by small long-lived buffers (batch-norm statistics saved for the backward
+pass, weight gradients kept to the end), no size order gives them a lane through their whole
+lifetime, so they end on top; raised, they are placed before the large buffers that would
+block the lane. On the exported MobileNet-v2 step (batch 1, its optimal order: 1,902 buffers
+with 878 steps within 10% of the peak) the fixed orders of best fit
+leave 3.5% above the peak and ruin and recreate from there 3.4%; the squeaky wheel reaches 0.93%
+in 20 s (one core).
+
 Then ruin and recreate (`repack`, not in the paper; the principle of Schrimpf et al., J. Comput.
 Phys. 2000, on the address axis), from the caller's offsets or the heuristics': take a buffer at
 the arena's top, lift out every buffer live during its lifetime (give or take a few steps) whose
@@ -80,6 +91,14 @@ BREADTH_DRAWS = 30
 REPACK_WORK = 2_000_000
 
 
+#: squeaky wheel optimisation (`squeaky_wheel`): the band under the arena's top whose buffers
+#: are raised in priority, as a fraction of the peak, and the largest raise of a round
+SWO_BAND, SWO_RAISE = 0.005, 0.5
+#: ... ending after this many rounds per buffer in a row without a smaller arena (on
+#: MobileNet-v2 b1, 1,902 buffers, 1.1 ms a round, the gains came up to 30,000 rounds apart)
+SWO_ROUNDS = 10
+
+
 def place(
     buffers: Sequence[Buffer],
     alignment: int,
@@ -115,6 +134,9 @@ def place(
             buffers, alignment, offsets, BREADTH_DRAWS, seed, deadline - 0.7 * time_limit, patience=PATIENCE
         )
         arena = arena_of(buffers, offsets, alignment)
+        if not settled():
+            offsets = squeaky_wheel(buffers, alignment, offsets, seed, deadline - 0.4 * time_limit, gap)
+            arena = arena_of(buffers, offsets, alignment)
     if engine == "cp-sat" and start is None and not settled():
         share = 0.3 * (deadline - time.monotonic())
         tiered = _big_first(buffers, alignment, bound, share, workers, seed)
@@ -217,6 +239,50 @@ def repack(
                 stale = 0
             off, cur = placed, got
     return off.tolist()
+
+
+def squeaky_wheel(
+    buffers: Sequence[Buffer],
+    alignment: int,
+    offsets: Sequence[int],
+    seed: int = 0,
+    deadline: float | None = None,
+    gap: float = 0.0,
+    patience: int | None = None,
+) -> list[int]:
+    """Squeaky wheel optimisation (module docstring) from `offsets`: never a larger arena. Each
+    round places every buffer by first fit in decreasing priority (at first its size); the
+    buffers that end within SWO_BAND of the peak under the arena's top then get their priority
+    raised by a random factor up to 1 + SWO_RAISE, so that the next round places them earlier.
+    Ends within `gap` of the buffers' peak, after `patience` rounds in a row without a smaller
+    arena (a count: the same offsets for a seed; SWO_ROUNDS x number of buffers by default, at
+    least 100), or at `deadline` (time.monotonic())."""
+    from remat_cli.best_fit import first_fit_kernel
+
+    start, end, size = buffer_arrays(buffers, alignment)
+    best = np.asarray(offsets, dtype=np.int64)
+    if len(buffers) < 2:
+        return best.tolist()
+    patience = max(100, SWO_ROUNDS * len(buffers)) if patience is None else patience
+    peak = arena_peak(buffers, alignment)
+    best_arena = int((best + size).max())
+    rng = np.random.default_rng(seed)
+    # ties by start: the priorities stay distinct, so the placement order is reproducible
+    priority = size.astype(np.float64) * (1.0 + 1e-9 * start / max(1, int(end.max())))
+    empty = np.full(len(size), -1, dtype=np.int64)
+    stale = 0
+    while best_arena > peak * (1 + gap) and stale < patience:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        stale += 1
+        placed = first_fit_kernel(start, end, size, np.argsort(-priority, kind="stable"), empty)
+        top = placed + size
+        arena = int(top.max())
+        if arena < best_arena:
+            best, best_arena, stale = placed, arena, 0
+        squeaky = np.nonzero(top > arena - SWO_BAND * peak)[0]
+        priority[squeaky] *= 1.0 + SWO_RAISE * rng.random(len(squeaky))
+    return best.tolist()
 
 
 def ruin_band(

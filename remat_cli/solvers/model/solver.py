@@ -24,7 +24,8 @@ recomputation, in three stages sharing the time limit:
    bound for every arena.
 2. §4.3 addresses (`addresses.py`): greedy best fit for each candidate order (the order
    stage's, the program's, the start), then the placement heuristics (perturbed best fit, the
-   big buffers placed exactly first) on each whose peak is below the best arena; when that is
+   squeaky wheel, the big buffers placed exactly first) on each whose peak is below the best
+   arena; where the arena then reaches its order's own peak, the bound again; when the arena is
    above the bound, ruin and recreate on the best one (`addresses.repack`), a walk over orders
    of that peak towards a tighter greedy placement (`plateau.py`, not in the paper; when the
    arena is still more than 0.5% above the bound after it, the joint walk over orders

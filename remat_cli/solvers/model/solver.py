@@ -236,6 +236,12 @@ class Model(Solver):
         joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
         r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
         r = self._walk(p, r, time.monotonic() + left(0.1), seed)
+        searched = r.order
+        if paired is not None and (paired_peak := p.peak(paired)) < r.peak:
+            # the pair descent's order is the lower one, so the one the bound is held against
+            # (ResNet-18 b32, 30 s: at the bound, 168,864,640 B, where the search from the cut
+            # descent's order stopped at 168,867,200 B); the searched order stays a candidate
+            r = OrderResult(paired, paired_peak, r.bound, paired_peak <= r.bound)
         r = self._rebound(p, r, time.monotonic() + left(0.1), net)
         bound = r.bound
         # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
@@ -248,7 +254,13 @@ class Model(Solver):
                 best = (arena, order, bufs, offs)
 
         candidates = []
-        orders = (tuple(r.order), tuple(program), tuple(start), *([tuple(paired)] if paired else []))
+        orders = (
+            tuple(r.order),
+            tuple(searched),
+            tuple(program),
+            tuple(start),
+            *([tuple(paired)] if paired else []),
+        )
         for order in map(list, dict.fromkeys(orders)):
             bufs = buffers_of(graph, self._steps(p, order))
             offs = greedy_offsets(bufs, alignment)

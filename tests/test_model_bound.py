@@ -507,6 +507,20 @@ def test_the_sequence_bound_never_exceeds_the_best_order(seed: int) -> None:
         assert bound.sequence_bound(p, CutNetwork(p), p.peak(list(range(len(p))))) <= best
 
 
+@pytest.mark.parametrize("seed", [157, 256, 311])
+def test_the_sequence_over_the_peak_and_the_pair_reaches_what_pairs_miss(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiny random DAGs where the peak operator, the best pair and what each feeds, ordered as a
+    sequence, raise the bound from 25 to the optimum, 26 (brute force over every order)."""
+    p = Problem(tiny_dag(seed, 8))
+    program = list(range(len(p)))
+    best = min(p.peak(o) for o in orders(p))
+    assert cut_bound(p, program) == best == 26
+    monkeypatch.setattr(bound, "neighbourhood_items", lambda p, centres: [])
+    assert cut_bound(p, program) == 25
+
+
 def shared_reads() -> Graph:
     """A small value s read by two operators whose results o1, o2 wait for a final join, and a
     big temporary b made into c before the join. In program order (s's readers first) the peak is

@@ -35,9 +35,8 @@ step's arena is set by small long-lived buffers (batch-norm statistics saved for
 pass, weight gradients kept to the end), no size order gives them a lane through their whole
 lifetime, so they end on top; raised, they are placed before the large buffers that would
 block the lane. On the exported MobileNet-v2 step (batch 1, its optimal order: 1,902 buffers
-with 878 steps within 10% of the peak) the fixed orders of best fit
-leave 3.5% above the peak and ruin and recreate from there 3.4%; the squeaky wheel reaches 0.93%
-in 20 s (one core).
+with 878 steps within 10% of the peak) the fixed orders of best fit leave 3.5% above the peak
+and ruin and recreate from there 3.4%; the squeaky wheel reaches 0.93% in 20 s (one core).
 
 Then ruin and recreate (`repack`, not in the paper; the principle of Schrimpf et al., J. Comput.
 Phys. 2000, on the address axis), from the caller's offsets or the heuristics': take a buffer at
@@ -267,7 +266,7 @@ def squeaky_wheel(
     peak = arena_peak(buffers, alignment)
     best_arena = int((best + size).max())
     rng = np.random.default_rng(seed)
-    # ties by start: the priorities stay distinct, so the placement order is reproducible
+    # equal sizes: the later start first (the stable sort orders what is still equal by index)
     priority = size.astype(np.float64) * (1.0 + 1e-9 * start / max(1, int(end.max())))
     empty = np.full(len(size), -1, dtype=np.int64)
     stale = 0

@@ -391,9 +391,9 @@ class Model(Solver):
         towards it, the chain moves and the walk across the peak, each with a share of the time
         left; returns (order, bound, paired). Where a pair of operators set the bound, `paired` is
         the descent from the order that pair points at, followed by the pair descent (else None):
-        with --order-only the lower
-        of the two peaks starts the order search; the joint mode keeps the cut descent's order as
-        its start and adds `paired` to its candidates for addresses, since orders of the same peak
+        with --order-only the lower of the two peaks starts the order search; the joint mode keeps
+        the cut descent's order as its start, adds `paired` to its candidates for addresses (and
+        holds the bound against it where its peak is the lower), since orders of the same peak
         place differently (MobileNet-v2 b1, 300 s: arena 1.67% above its order's peak from the
         paired start, 0.45% from the cut descent's; ResNet-18 b32: 0.01% from the paired order,
         0.62% from the other). `net`: the problem's CutNetwork, shared by all four."""

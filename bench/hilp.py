@@ -299,6 +299,8 @@ def main() -> None:
                     "seconds": round(time.monotonic() - t1, 2),
                     "status": ores.status,
                     "overhead": None if osched is None else round(osched.summary.overhead, 5),
+                    # "hilp", or the flat start's solver where no H-ILP schedule was cheaper
+                    "produced_by": ores.params.get("produced_by"),
                 }
             # the issue-18 columns: graph, budget, best bound, checkmate, greedy, fastsa, H-ILP own,
             # returned, seconds (None: no schedule within budget)

@@ -61,7 +61,13 @@ How the pieces fit:
   real one. The refined top then goes first with the top's share of the time. On ONNX
   training exports, where the hierarchy's own grouping held the H-ILP at 2-37x fastsa's
   overhead, its own schedule is now no worse than that start; within 60 s on 2 cores the
-  engine did not improve on the start there (HiGHS does not finish the root of a 72-node top).
+  engine did not improve on the start there (HiGHS does not finish the root of a 72-node top),
+  nor with more time: torch_resnet_train at 50%, 300 s and 600 s on one core, the refined top
+  was solved to optimality and returned fastsa's own 9.11% (fastsa alone at 300 s: 9.11%), so
+  that schedule is optimal among those the instance that follows it can express. Where no
+  H-ILP schedule is cheaper than the flat start, the H-ILP's own schedule is the flat start's
+  and the message ("used: fastsa's schedule, the flat start") and the result's
+  ``produced_by`` say so, instead of "used: H-ILP".
   A start is an H-ILP schedule, so it is the refined top's result when that top's model cannot
   be built or solved in time, or when following the schedule needs more than twice its cap
   (then the old refined top is solved instead), as a MIP engine returns its start.

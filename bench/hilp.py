@@ -166,7 +166,7 @@ def table() -> None:
     print(
         f"{'graph':24s} {'budget':>6s} "
         + " ".join(f"{k:>10s}" for k in keys)
-        + f" {'best known':>10s} {'known-bound':>11s}"
+        + f" {'best known':>10s} {'known-bound':>11s}  H-ILP own by"
     )
     for row in record["rows"]:
         cols = row.get("columns")
@@ -183,6 +183,10 @@ def table() -> None:
             cols[k] for k in ("checkmate", "greedy", "fastsa", "hilp_own", "returned") if cols[k] is not None
         ]
         cols["best_known"] = min(known) if known else None
+        # "hilp" where an H-ILP schedule beat the flat start it starts from (rows before 2026-11-27
+        # did not record it)
+        own = row.get("hilp_own")
+        cols["hilp_own_by"] = own.get("produced_by") if isinstance(own, dict) else None
         # how far the best schedule can be from the optimum (0: proven optimal)
         bound = cols["best_bound"]
         gap = None if bound is None or not known else cols["best_known"] - bound
@@ -195,7 +199,7 @@ def table() -> None:
         print(
             f"{row['graph']:24s} {row['fraction']:6.0%} "
             + " ".join(f"{fmt(cols[k]):>10s}" for k in keys)
-            + f" {fmt(cols['best_known']):>10s} {fmt(cols['gap_to_bound']):>11s}"
+            + f" {fmt(cols['best_known']):>10s} {fmt(cols['gap_to_bound']):>11s}  {fmt(cols['hilp_own_by'])}"
         )
     path.write_text(json.dumps(record, indent=1) + "\n")
 

@@ -198,15 +198,13 @@ class WholeGraph:
         return prefer if any(o is not None for o in prefer) else None
 
     def fallback(self, best: tuple[float, list[Step]] | None) -> tuple[float, list[Step], int, str] | None:
-        """The cheapest schedule within budget of the flat start's (:attr:`flat_start`), greedy
-        and fastsa (in this fixed order, fastsa with the time left and the cheapest schedule so
-        far as its hint: where its first stage ends above the budget, its second starts from
-        there), or None."""
+        """The cheapest schedule within budget of greedy and fastsa (in this fixed order, fastsa
+        with the time left and the cheapest schedule so far as its hint: where its first stage
+        ends above the budget, its second starts from there), or None. The flat start is not
+        among them: it is already a candidate of the H-ILP's own schedule, `best`."""
         from remat_cli import registry
 
         out: tuple[float, list[Step], int, str] | None = None
-        if self.flat_start is not None:
-            out = (*self.flat_start, f"{self.flat_name} (the flat start)")
         for name in FALLBACK:
             if name not in registry.names():
                 continue

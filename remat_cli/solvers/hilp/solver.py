@@ -252,13 +252,13 @@ class _Solve(WholeGraph):
             # solvable size (transformer_l125 at 50%: 1,722 compute nodes, whose model alone
             # outlasted the limit): that instance's start, the schedule itself, is all it would
             # give in time (as a top whose model cannot be built, see solve_top); the refined
-            # top of old, without it, is solved instead
+            # top of old, without it, is solved instead (the schedule itself is a candidate
+            # below, as every flat start is)
             if self.flat_start is not None:
-                found = self.flat_start
                 parts.append(
                     f"refined ({compute_nodes(finer)} compute nodes, from {self.flat_name}'s schedule): "
                     f"not solved: more than {2 * cap} compute nodes (its start, the whole-graph schedule "
-                    f"it follows) (overhead {found[0] / base.cost - 1:.4f})"
+                    f"it follows) (overhead {self.flat_start[0] / base.cost - 1:.4f})"
                 )
             finer, order = None, None
         if order is None:

@@ -37,6 +37,7 @@ from remat_cli.cli_common import (
     fmt_value,
     friendly_errors,
     graph_options,
+    guard_stderr,
     human_bytes,
     native_stdout_to_stderr,
     parse_solver_args,
@@ -79,6 +80,7 @@ def main() -> None:
     JSON goes to stdout, human output to stderr. Exit 0 = success, 1 = no schedule fits the
     budget, 2 = bad input.
     """
+    guard_stderr()
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

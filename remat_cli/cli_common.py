@@ -32,6 +32,45 @@ from remat_cli.runner import SolverBug
 from remat_cli.schedule import Schedule, ScheduleError, baseline
 from remat_cli.solver import OptionError, Param, Solver
 
+
+class ReaderGone:
+    """stderr that outlives its reader. Human output is a courtesy: where stderr is a pipe whose
+    reader has quit (``remat solve g.onnx -b 50% -o s.json 2>&1 | head -1``), a write raised
+    BrokenPipeError in the summary and the schedule file was never written (exit 1). On the
+    first broken pipe the descriptor is pointed at /dev/null, and the command carries on."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def _silence(self) -> None:
+        # the buffered text that failed is dropped with the descriptor's new target: the
+        # interpreter's own flush at exit then succeeds too
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_stderr() -> None:
+    """Install :class:`ReaderGone` as ``sys.stderr`` (once per process)."""
+    if not isinstance(sys.stderr, ReaderGone) and sys.stderr is not None:
+        sys.stderr = ReaderGone(sys.stderr)  # type: ignore[assignment]
+
+
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 F = TypeVar("F", bound=Callable[..., Any])

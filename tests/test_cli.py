@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,37 @@ def test_compare_runs_each_solver(graph_file: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert rows[0]["solver"] == "checkpoint-all" and rows[0]["peak_fraction"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("solver", ["greedy", "fastsa"])
+def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path: Path, solver: str) -> None:
+    """Human output is a courtesy: `remat solve ... -o s.json 2>&1 | head -1` once exited 1 with
+    no s.json (the summary's write raised BrokenPipeError). stderr here is a pipe whose reader
+    is closed before the command starts, so every write to it fails."""
+    out = tmp_path / "s.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "remat_cli",
+                "solve",
+                str(graph_file),
+                "--budget",
+                "70%",
+                "--solver",
+                solver,
+            ]
+            + ["--time-limit", "5", "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=write_end,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0
+    schedule = json.loads(out.read_text())
+    assert schedule["summary"]["peak_memory"] <= schedule["budget"]

@@ -206,3 +206,35 @@ def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path:
     assert proc.returncode == 0
     schedule = json.loads(out.read_text())
     assert schedule["summary"]["peak_memory"] <= schedule["budget"]
+
+
+def test_an_output_that_is_no_regular_file_is_written_in_place(graph_file: Path, tmp_path: Path) -> None:
+    """`-o /dev/stdout`, `-o /dev/null`, `-o >(jq .)`: the atomic rename replaced the device node
+    itself (run as root, `-o /dev/null` left a regular file at /dev/null). A FIFO stands in for
+    them here: its reader is open before the command starts, and the schedule must come through
+    it, the FIFO still a FIFO."""
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        proc = remat("solve", graph_file, "--budget", "70%", "--solver", "greedy", "-q", "-o", fifo)
+        assert proc.returncode == 0, proc.stderr
+        received = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert fifo.is_fifo()
+    assert json.loads(received)["format"] == "remat-schedule"
+
+
+def test_an_output_through_a_symlink_replaces_its_target(graph_file: Path, tmp_path: Path) -> None:
+    """The link stays a link (the rename once replaced it with a regular file); its target gets
+    the schedule."""
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "s.json"
+    target.write_text("old")
+    link = tmp_path / "s.json"
+    link.symlink_to(target)
+    proc = remat("solve", graph_file, "--budget", "70%", "--solver", "greedy", "-q", "-o", link)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink()
+    assert json.loads(target.read_text())["format"] == "remat-schedule"

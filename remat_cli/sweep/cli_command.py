@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -176,19 +174,6 @@ def _n(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
 
-def _write_bytes_atomic(path: str, data: bytes) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _records_or_fail(results: str) -> list[dict[str, Any]]:
     if not Path(results).exists():
         raise BadInput(f"{results}: no such results folder or file")
@@ -247,7 +232,7 @@ def plot_command(
         if results is None:
             raise BadInput("give a results folder (from `remat sweep -o`), or --memory SCHEDULE -g GRAPH")
         fig = plot.tradeoff_figure(_records_or_fail(results))
-    _write_bytes_atomic(output, plot.figure_bytes(fig, fmt))
+    write_atomic(output, plot.figure_bytes(fig, fmt))
     err.print(f"wrote {output}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import select
 import stat
 import sys
 import tempfile
@@ -77,6 +78,8 @@ err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() el
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+#: stdout's reader has gone (`| head`): 128 + SIGPIPE, as a process the signal killed
+EXIT_READER_GONE = 141
 
 
 class BadInput(click.ClickException):
@@ -117,6 +120,13 @@ def friendly_errors(fn: F) -> F:
             raise
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except BrokenPipeError:
+            if not stdout_reader_gone():
+                raise
+            # `remat solve ... | head -1`: the reader has what it wanted; end quietly with the
+            # status a process killed by SIGPIPE has (Python ignores the signal), not as our bug
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(EXIT_READER_GONE)
         except Exception as e:  # noqa: BLE001 - a user never sees a traceback
             if os.environ.get("REMAT_DEBUG"):
                 raise
@@ -125,6 +135,16 @@ def friendly_errors(fn: F) -> F:
             )
 
     return wrapper  # type: ignore[return-value]
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
@@ -222,9 +242,24 @@ def graph_options(fn: F) -> F:
     return fn
 
 
+#: the input path that stands for stdin, as ``-o -`` stands for stdout
+STDIN = "-"
+
+
 def read_graph(
     path: str, input_shapes: tuple[str, ...] = (), batch: int | None = None, cost: str = "flops"
 ) -> Graph:
+    """A graph file of any format :func:`load_graph` reads; ``-`` reads it from stdin
+    (``remat convert model.onnx | remat solve - --budget 50%``)."""
+    if path == STDIN:
+        # the ONNX importer reads a path (and its folder, for external data): a private copy
+        with tempfile.TemporaryDirectory() as folder:
+            copy = Path(folder, "stdin")
+            copy.write_bytes(sys.stdin.buffer.read())
+            try:
+                return read_graph(str(copy), input_shapes, batch, cost)
+            except (InputError, GraphError) as e:
+                raise BadInput((user_message(e) or str(e)).replace(str(copy), "stdin")) from None
     shapes: dict[str, list[int]] = {}
     for spec in input_shapes:
         name, sep, dims = spec.rpartition("=")
@@ -308,8 +343,9 @@ def print_summary(s: Schedule) -> None:
 
 
 def read_schedule(path: str) -> Schedule:
-    """A remat-schedule file (:meth:`Schedule.load`); inside `friendly_errors` a bad one is exit 2."""
-    return Schedule.load(path)
+    """A remat-schedule file (:meth:`Schedule.load`), ``-`` for stdin; inside `friendly_errors` a
+    bad one is exit 2."""
+    return Schedule.load("/dev/stdin" if path == STDIN else path)
 
 
 # ---- numeric options: refused while parsing, as one line ----

@@ -238,3 +238,67 @@ def test_an_output_through_a_symlink_replaces_its_target(graph_file: Path, tmp_p
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink()
     assert json.loads(target.read_text())["format"] == "remat-schedule"
+
+
+def test_dash_reads_the_graph_and_the_schedule_from_stdin(graph_file: Path) -> None:
+    """`-` as GRAPH or SCHEDULE is stdin, as `-o -` is stdout: `remat solve g | remat validate g -`."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "remat_cli"]
+    solved = subprocess.run(
+        [*cmd, "solve", "-", "--budget", "70%", "--solver", "greedy", "-q"],
+        input=graph_file.read_text(),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert solved.returncode == 0, solved.stderr
+    schedule = json.loads(solved.stdout)
+    assert schedule["summary"]["peak_memory"] <= schedule["budget"]
+    checked = subprocess.run(
+        [*cmd, "validate", str(graph_file), "-", "--json"],
+        input=solved.stdout,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["within_budget"] is True
+    empty = subprocess.run(
+        [*cmd, "info", "-"], input="", capture_output=True, text=True, env=env, timeout=120
+    )
+    assert_bad_input(empty, "stdin is empty")
+
+
+def test_a_reader_gone_from_stdout_ends_quietly(graph_file: Path) -> None:
+    """`remat solve ... | remat validate g missing.json`: the reader quits at once, and the solve's
+    write to stdout failed as 'internal error: BrokenPipeError', exit 3. Now exit 141 (as a
+    process killed by SIGPIPE) and nothing on stderr. stdout here is a pipe whose reader is
+    closed before the command starts."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "remat_cli",
+                "solve",
+                str(graph_file),
+                "--budget",
+                "70%",
+                "--solver",
+                "greedy",
+            ]
+            + ["-q"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""

@@ -16,7 +16,9 @@ import click
 
 @click.command("run")
 @click.argument("model_path", metavar="MODEL.onnx", type=click.Path(exists=True, dir_okay=False))
-@click.argument("schedule_path", metavar="SCHEDULE.json", type=click.Path(exists=True, dir_okay=False))
+@click.argument(
+    "schedule_path", metavar="SCHEDULE.json", type=click.Path(exists=True, dir_okay=False, allow_dash=True)
+)
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
     "--mode",

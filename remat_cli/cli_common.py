@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import select
-import stat
 import sys
 import tempfile
 import warnings
@@ -27,6 +26,7 @@ from remat_cli import registry
 from remat_cli.api import InputError, budget_bytes, user_message
 from remat_cli.budget import BudgetError
 from remat_cli.devices import resolve_device_budgets
+from remat_cli.files import in_place, write_atomic
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.importers.notes import ImportNote
@@ -147,49 +147,11 @@ def stdout_reader_gone() -> bool:
         return False
 
 
-def write_atomic(path: str, data: str | bytes) -> None:
-    """Write via a temp file in the same folder and rename, so a failed run never truncates.
-
-    A symbolic link is followed: its target is replaced, the link stays. A path that is not a
-    regular file (``-o /dev/stdout``, ``-o /dev/null``, a shell's ``-o >(jq .)``) is written in
-    place: a rename replaced the device node itself (run as root, ``-o /dev/null`` left a
-    regular file at /dev/null and every later ``> /dev/null`` filled it)."""
-    if isinstance(data, str):
-        data = (data if data.endswith("\n") else data + "\n").encode()
-    if _in_place(path):
-        with open(path, "wb") as f:
-            f.write(data)
-        return
-    target = Path(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _in_place(path: str) -> bool:
-    """Whether `path` is written in place (:func:`write_atomic`): it exists and is no regular
-    file, or it is one of the process's own streams (/dev/stdout, /proc/self/fd/N: where stdout
-    is a file, replacing that file would detach it from the shell's redirection)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not stat.S_ISREG(mode) or os.path.abspath(path).startswith(("/dev/", "/proc/"))
-
-
 def check_writable(output: str | None) -> None:
     """Before a long solve: fail now, not after it, when the output cannot be written."""
     if output is None or output == "-":
         return
-    if _in_place(output):
+    if in_place(output):
         if not os.access(output, os.W_OK):
             raise BadInput(f"cannot write {output}: Permission denied")
         return

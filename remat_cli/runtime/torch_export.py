@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from remat_cli.files import write_atomic
 from remat_cli.importers.notes import Float32Rounding, NotCompared
 from remat_cli.importers.onnx import draws_random
 
@@ -498,17 +500,15 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
         # torch.onnx's own output (affine_grid's export: a shape of rank 2 where 4 is inferred)
         raise InvalidExport(str(e).strip().splitlines()[0]) from None
     path = Path(path)
-    # checked under a temporary name: an export that fails its check leaves no file (nor
-    # replaces one from before)
-    draft = path.with_name(f".{path.name}.unchecked")
-    onnx.save(proto, draft)
-    try:
+    # checked as a private draft: an export that fails its check leaves no file (nor replaces
+    # one from before); written as every output is (a symlink's target, /dev/null in place)
+    with tempfile.TemporaryDirectory() as folder:
+        draft = Path(folder, path.name)
+        onnx.save(proto, draft)
         if check:
             random = sorted({n.op_type for n in proto.graph.node if draws_random(n)})
             _check_against_autograd(draft, _Step(model, loss_fn, params, xs, y), random, path.name)
-        draft.replace(path)
-    finally:
-        draft.unlink(missing_ok=True)
+        write_atomic(str(path), draft.read_bytes())
     return path
 
 

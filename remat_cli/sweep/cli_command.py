@@ -19,9 +19,9 @@ from remat_cli.cli_common import (
     read_graph,
     read_schedule,
     resolve_budget,
-    write_atomic,
 )
 from remat_cli.devices import resolve_device_budgets
+from remat_cli.files import write_atomic
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, make_cells, read_records, record_key, split_list

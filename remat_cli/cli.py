@@ -94,7 +94,7 @@ def main() -> None:
     "--time-limit",
     type=SECONDS,
     default=None,
-    help="Seconds; the best schedule so far is returned (default for auto: 60).",
+    help="Seconds; the best schedule so far is returned (default for auto and hilp: 60).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(

@@ -21,6 +21,7 @@ from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.hilp import (
+    DEFAULT_TIME_LIMIT,
     HILP,
     Ctx,
     Unit,
@@ -835,3 +836,18 @@ def test_a_flat_start_no_top_improves_is_named_as_such(monkeypatch: pytest.Monke
     assert cost == pytest.approx(greedy.summary.cost)
     assert by == "greedy (flat start)"
     assert "used: greedy's schedule, the flat start (no H-ILP schedule was cheaper)" in msg
+
+
+def test_without_a_time_limit_the_default_one_holds() -> None:
+    """`remat solve g.onnx --budget 50% --solver hilp` (the pitch's command, no --time-limit) ran
+    past 20 minutes on torch_resnet_train, every H-ILP solved to optimality; the solve now runs
+    under DEFAULT_TIME_LIMIT and says so in its params."""
+    g = G.linear(6, seed=3)
+    budget = int(0.7 * baseline(g).peak_memory)
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_top": 3}))
+    assert sched is not None and sched.summary.peak_memory <= budget
+    assert res.params["time_limit"] == DEFAULT_TIME_LIMIT
+    _, given = run_solver(
+        g, budget, "hilp", SolveOptions(time_limit=3, seed=0, workers=1, params={"max_top": 3})
+    )
+    assert given.params["time_limit"] == 3

@@ -174,35 +174,32 @@ def test_compare_runs_each_solver(graph_file: Path) -> None:
     assert rows[0]["solver"] == "checkpoint-all" and rows[0]["peak_fraction"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("solver", ["greedy", "fastsa"])
-def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path: Path, solver: str) -> None:
-    """Human output is a courtesy: `remat solve ... -o s.json 2>&1 | head -1` once exited 1 with
-    no s.json (the summary's write raised BrokenPipeError). stderr here is a pipe whose reader
-    is closed before the command starts, so every write to it fails."""
-    out = tmp_path / "s.json"
+def reader_gone(stream: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`remat ARGS` with `stream` ("stdout" or "stderr") a pipe whose reader is closed before the
+    command starts, so that every write to it fails; the other stream is captured."""
     read_end, write_end = os.pipe()
     os.close(read_end)
+    other = "stderr" if stream == "stdout" else "stdout"
     try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "remat_cli",
-                "solve",
-                str(graph_file),
-                "--budget",
-                "70%",
-                "--solver",
-                solver,
-            ]
-            + ["--time-limit", "5", "-o", str(out)],
-            stdout=subprocess.PIPE,
-            stderr=write_end,
+        return subprocess.run(
+            [sys.executable, "-m", "remat_cli", *map(str, args)],
+            text=True,
             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
             timeout=120,
+            **{stream: write_end, other: subprocess.PIPE},
         )
     finally:
         os.close(write_end)
+
+
+@pytest.mark.parametrize("solver", ["greedy", "fastsa"])
+def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path: Path, solver: str) -> None:
+    """Human output is a courtesy: `remat solve ... -o s.json 2>&1 | head -1` once exited 1 with
+    no s.json (the summary's write raised BrokenPipeError)."""
+    out = tmp_path / "s.json"
+    proc = reader_gone(
+        "stderr", "solve", graph_file, "--budget", "70%", "--solver", solver, "--time-limit", "5", "-o", out
+    )
     assert proc.returncode == 0
     schedule = json.loads(out.read_text())
     assert schedule["summary"]["peak_memory"] <= schedule["budget"]
@@ -274,31 +271,7 @@ def test_dash_reads_the_graph_and_the_schedule_from_stdin(graph_file: Path) -> N
 def test_a_reader_gone_from_stdout_ends_quietly(graph_file: Path) -> None:
     """`remat solve ... | remat validate g missing.json`: the reader quits at once, and the solve's
     write to stdout failed as 'internal error: BrokenPipeError', exit 3. Now exit 141 (as a
-    process killed by SIGPIPE) and nothing on stderr. stdout here is a pipe whose reader is
-    closed before the command starts."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "remat_cli",
-                "solve",
-                str(graph_file),
-                "--budget",
-                "70%",
-                "--solver",
-                "greedy",
-            ]
-            + ["-q"],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-            timeout=120,
-        )
-    finally:
-        os.close(write_end)
+    process killed by SIGPIPE) and nothing on stderr."""
+    proc = reader_gone("stdout", "solve", graph_file, "--budget", "70%", "--solver", "greedy", "-q")
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == ""

@@ -10,6 +10,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+#: paths that name one of the process's own descriptors (a regular file under /dev/shm is not one)
+STREAMS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/")
+
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write via a temp file in the same folder and rename, so a failed run never truncates.
@@ -46,4 +49,4 @@ def in_place(path: str) -> bool:
         mode = os.stat(path).st_mode
     except OSError:
         return False
-    return not stat.S_ISREG(mode) or os.path.abspath(path).startswith(("/dev/", "/proc/"))
+    return not stat.S_ISREG(mode) or os.path.abspath(path).startswith(STREAMS)

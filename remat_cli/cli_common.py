@@ -26,7 +26,7 @@ from remat_cli import registry
 from remat_cli.api import InputError, budget_bytes, user_message
 from remat_cli.budget import BudgetError
 from remat_cli.devices import resolve_device_budgets
-from remat_cli.files import in_place, write_atomic
+from remat_cli.files import in_place, to_devnull, write_atomic
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.importers.notes import ImportNote
@@ -61,7 +61,7 @@ class ReaderGone:
         # the buffered text that failed is dropped with the descriptor's new target: the
         # interpreter's own flush at exit then succeeds too
         with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            to_devnull(self._stream.fileno())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -125,7 +125,7 @@ def friendly_errors(fn: F) -> F:
                 raise
             # `remat solve ... | head -1`: the reader has what it wanted; end quietly with the
             # status a process killed by SIGPIPE has (Python ignores the signal), not as our bug
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            to_devnull(sys.stdout.fileno())
             sys.exit(EXIT_READER_GONE)
         except Exception as e:  # noqa: BLE001 - a user never sees a traceback
             if os.environ.get("REMAT_DEBUG"):

@@ -1,6 +1,7 @@
-"""Writing output files: atomically where the path is a regular file, in place where it is not.
+"""Writing output files: atomically where the path is a regular file, in place where it is not;
+and pointing a descriptor nobody reads at /dev/null.
 
-Below the commands and the runtime's exporter, which both write files the user names.
+Below the commands, the watchdog and the runtime's exporter, which all write where the user says.
 """
 
 from __future__ import annotations
@@ -50,3 +51,13 @@ def in_place(path: str) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) or os.path.abspath(path).startswith(STREAMS)
+
+
+def to_devnull(fd: int) -> None:
+    """Point descriptor `fd` at /dev/null: its reader has gone (a closed pipe), or nobody may
+    write to it (a solver's child process and stdout)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from remat_cli import registry
+from remat_cli.files import to_devnull
 from remat_cli.graph import Graph
 from remat_cli.runner import build_schedule, run_solver
 from remat_cli.schedule import Schedule, ScheduleError, Step, simulate
@@ -137,7 +138,7 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Locks of the inherited stdio objects may be held by a parent thread (the spinner): fresh ones.
     # stdout carries the schedule JSON: nothing of the solver's (native engines' logs included)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    to_devnull(1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     sys.stderr = open(os.dup(2), "w")  # noqa: SIM115
     last_progress = [0.0]

@@ -48,9 +48,15 @@ SOFT_WORK = 1.15
 #: iterations/s against the assumed 3e5. A round's iterations at these speeds are its work in
 #: seconds (``work_seconds``), from which the rounds after it are planned (see rounds.py); the
 #: margin below the measured speeds is for a slower machine and what the kernels' time leaves out
-#: (greedy's start, polish: 6 s of mobilenet_v2_b1's 15.6 at 50%)
-EXACT_SPEED = 3.3
-SOFT_SPEED = 1.5
+#: (greedy's start, polish: 6 s of mobilenet_v2_b1's 15.6 at 50%). At 3.3 and 1.5 the rounds' wall
+#: time was 0.53-0.62 of their work and a 60 s limit ended after 25-38 s (mixer_b16 at 50%: 28 s,
+#: 4.24%, where 120 s gives 3.48%); at 4.6 and 2.0 after 34-50 s. Eight ONNX exports with a
+#: schedule at 50% (seeds 0, 1) and 60% (seed 0), one core: 10 of 24 cells cheaper (densenet_b16
+#: at 50% 2.84% -> 1.52%, mixer_b16 4.24% -> 3.48%), 12 the same, 2 dearer (torch_unet_train at
+#: 50%, seed 0: 7.87% -> 8.27%; convnext_b16 at 50%, seed 1: 4.84% -> 5.60%)
+#: (bench/results/fastsa_speeds*.json)
+EXACT_SPEED = 4.6
+SOFT_SPEED = 2.0
 #: a kick anneals from this multiple of the second stage's initial temperature (see kicks.py):
 #: mobilenet_v2_b1 at 70%, 60 s, seed 0, kicks of n2 iterations: from 1x the kick of
 #: node_convolution_4 ended at 3.3% and was dropped; from 3x it ended at 0.89% (stage 2: 3.06%)

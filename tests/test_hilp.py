@@ -820,6 +820,22 @@ def test_an_h_ilp_schedule_cheaper_than_its_flat_start_is_the_h_ilps() -> None:
     assert by == "hilp" and "used: H-ILP (fallbacks off)" in msg
 
 
+def test_a_hint_is_a_flat_start() -> None:
+    """hilp declares ``warm_starts``: a hint within budget is a flat start like fastsa's, so the
+    H-ILP's own schedule (fallbacks off, no flat-start solvers) is cut along it and costs no more
+    than it. Without, the H-ILP alone on this transformer at 50% ends above fastsa's schedule."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.5 * baseline(g).peak_memory)
+    fastsa, _ = run_solver(g, budget, "fastsa", SolveOptions(time_limit=8, seed=0, workers=1))
+    assert fastsa is not None and fastsa.summary.peak_memory <= budget
+    opts = SolveOptions(
+        time_limit=8, seed=0, workers=1, hint=fastsa.steps, params={"flat_start": "", "fallback": "none"}
+    )
+    sched, res = run_solver(g, budget, "hilp", opts)
+    assert sched is not None and sched.summary.cost <= fastsa.summary.cost * (1 + 1e-9), res.message
+    assert "from the hint's schedule" in (res.message or "")
+
+
 def test_a_flat_start_no_top_improves_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no refined top can follow the flat start (``follow`` finds no cut) and the top
     H-ILP is costlier, the flat start is still the H-ILP's own result (it was dropped, and a

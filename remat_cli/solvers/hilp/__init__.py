@@ -50,7 +50,8 @@ How the pieces fit:
 - **Flat start (issue 18).** Whole-graph solvers (``flat_start``: fastsa, run as it runs alone
   with the whole limit and one chain per core the fallbacks' process leaves, see
   :mod:`remat_cli.solvers.fastsa.chains`; then moccasin with a tenth of it) run first; the
-  cheapest schedule within budget is the flat start. The refined top is cut
+  cheapest schedule within budget of theirs and the hint's is the flat start (auto's lane hands
+  hilp fastsa's schedule as the hint and leaves fastsa out of ``flat_start``). The refined top is cut
   along it instead of where the memory is (:func:`follow`): a unit that schedule runs in
   separate stretches, or in whose stretch it recomputes something, is replaced by its pieces,
   pieces are cut around what it recomputes, and neighbouring pieces it runs once merge back

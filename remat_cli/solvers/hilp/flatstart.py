@@ -57,10 +57,15 @@ class WholeGraph:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def hint_fits(self) -> bool:
+        """Whether the caller's hint is a schedule within the budget."""
+        return self.opt.hint is not None and simulate(self.g, self.opt.hint).peak_memory <= self.budget
+
     def flat_schedule(self) -> None:
         """Issue 18: the whole-graph schedules of ``flat_start`` (fastsa's and moccasin's by
         default), run first: fastsa as it runs alone with the whole limit, the others with
-        ``FLAT_OTHER`` of it (at most what fastsa left). The cheapest
+        ``FLAT_OTHER`` of it (at most what fastsa left); the hint, when within budget, is one
+        more (``warm_starts``). The cheapest
         within budget is kept in ``flat_seq`` (its compute sequence); when none is, greedy's (at
         most 5 s;
         transformer_b32 at 50%: fastsa had none in 15 s where greedy's cost 11.9%, and the
@@ -71,6 +76,12 @@ class WholeGraph:
         from remat_cli import registry
 
         found: tuple[float, list[Step], int, str] | None = None
+        if self.opt.hint is not None and self.hint_fits():
+            # the caller's schedule (--hint; auto's lane: the schedule of the solvers before this
+            # one, fastsa's, which it then leaves out of --flat-start rather than run it twice)
+            sim = simulate(self.g, self.opt.hint)
+            found = (sim.cost, list(self.opt.hint), sim.peak_memory, "the hint")
+            self.opt.incumbent(found[1])
         for name in named + (["greedy"] if named and "greedy" not in named else []):
             if name == "greedy" and name not in named and found is not None:
                 break
@@ -211,6 +222,8 @@ class WholeGraph:
             solver = registry.get(name)
             if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
                 continue
+            if name == "greedy" and self.hint_fits():
+                continue  # a last resort where the hint is one (auto's lane: greedy's or better)
             left = None
             if self.limit is not None:
                 # the 15% kept for this step; deterministic runs take the nominal share (fastsa
@@ -241,6 +254,8 @@ class WholeGraph:
 
         if self.opt.on_incumbent is None or self.p.get("fallback") == "none":
             return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
+        if self.hint_fits():
+            return  # the hint is reported at once (flat_schedule), and the last resort
         if "fastsa" in _names(self.p, "flat_start"):
             return  # the flat fastsa reports its incumbents within seconds (flat_schedule)
         left = min(5.0, self.limit) if self.limit is not None else 5.0

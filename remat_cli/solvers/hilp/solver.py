@@ -50,6 +50,7 @@ class HILP(Solver):
     method = "hierarchical ILP over H-Partition subgraphs with per-subgraph options (H-ILP)"
     paper = "HiREmate (Gusak et al.), §3 and Appendices A-C"
     exact = False
+    warm_starts = True  # the hint is one more flat start (WholeGraph.flat_schedule)
     params = (
         Param(
             "max_subgraph",
@@ -122,7 +123,8 @@ class HILP(Solver):
             "Training graphs with phase/grad_of pair each subgraph's forward and backward into a "
             "layer with phantom nodes; other graphs use plain subgraph nodes. Schedules are "
             "feasible, not proven optimal. With --time-limit, fastsa (as it runs alone) and "
-            "moccasin (10%) go first on the whole graph (--flat-start), about half of the rest to the subgraph levels and the rest to "
+            "moccasin (10%) go first on the whole graph (--flat-start; a --hint within budget is "
+            "one more flat start), about half of the rest to the subgraph levels and the rest to "
             "the top H-ILPs; on time-out the best schedule found is returned (every unit run once "
             "with its fastest, smallest or least-kept option is always tried, and every H-ILP "
             "starts from the best such sequential schedule that fits its memory rows). A second "

@@ -142,11 +142,13 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     sys.stderr = open(os.dup(2), "w")  # noqa: SIM115
     last_progress = [0.0]
+    method = [""]  # the producer a portfolio names in its progress (auto: before each incumbent)
 
     def incumbent(steps: list[Step]) -> None:
-        conn.send(("incumbent", _pack(steps)))
+        conn.send(("incumbent", (_pack(steps), method[0])))
 
     def progress(facts: dict[str, Any]) -> None:
+        method[0] = str(facts.get("method", method[0]))
         now = time.monotonic()
         if now - last_progress[0] >= _PROGRESS_EVERY:
             last_progress[0] = now
@@ -206,6 +208,7 @@ def run_guarded(
         signal.signal(s, on_signal)
     child = ctx.Process(target=_child, args=(send, graph, budget, name, child_options), daemon=False)
     incumbent: Packed | None = None
+    made_by = ""  # the incumbent's producer, where the solver is a portfolio that names it
     best_rank: tuple[int, float] | None = None
     final: tuple[SolverResult, Packed | None] | None = None
     error: BaseException | None = None
@@ -228,11 +231,12 @@ def run_guarded(
             except (EOFError, OSError):
                 break  # the child ended without a result: died, or was killed
             if kind == "incumbent":
+                payload, by = payload
                 steps = _unpack(payload)
                 # keep the best one (within budget, then cheapest): warm starts may come late
                 rank = _rank(graph, budget, steps)
                 if rank is not None and (best_rank is None or rank < best_rank):
-                    incumbent, best_rank = payload, rank
+                    incumbent, best_rank, made_by = payload, rank, by
                     if options.on_incumbent is not None:
                         options.on_incumbent(steps)
             elif kind == "progress":
@@ -272,7 +276,9 @@ def run_guarded(
                 raise RuntimeError(f"solver {name!r}: {why_stopped} before finding a schedule")
         if incumbent is not None:
             result = SolverResult(
-                steps=_unpack(incumbent), status="feasible", message=f"{why_stopped}: best schedule so far"
+                steps=_unpack(incumbent),
+                status="feasible",
+                message=f"{why_stopped}: best schedule so far" + (f", {made_by}'s" if made_by else ""),
             )
         else:
             result = SolverResult(

@@ -69,6 +69,20 @@ def test_signal_keeps_the_best_schedule_so_far(big_graph) -> None:  # noqa: ANN0
     assert simulate(big_graph, out.schedule.steps).peak_memory <= budget
 
 
+def test_a_stopped_portfolio_names_who_found_its_schedule(big_graph) -> None:  # noqa: ANN001
+    """auto stopped by the watchdog returns its last incumbent; the message names the solver
+    that found it (it said only "best schedule so far", whoever that was): greedy's here, the
+    first incumbent, after which SIGTERM stops the run."""
+    budget = int(0.9 * baseline(big_graph).peak_memory)
+
+    def on_incumbent(steps: list[Step]) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    out = run_guarded(big_graph, budget, "auto", SolveOptions(time_limit=120, on_incumbent=on_incumbent))
+    assert out.signal == signal.SIGTERM and out.schedule is not None
+    assert out.schedule.solver.message == "interrupted (SIGTERM): best schedule so far, greedy's"
+
+
 def _children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()

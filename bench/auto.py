@@ -9,6 +9,7 @@ rows already in the file are skipped (the full table is hours on a 2-core machin
     python3 bench/auto.py --time-limit 60                      # every cell, ONNX graphs first
     python3 bench/auto.py --only torch_mlp_train,rl100 --solvers auto,fastsa
     python3 bench/auto.py --lanes-1                            # also auto with lanes=1 (time split)
+    python3 bench/auto.py --only torch_mlp_train --solvers auto,fastsa --rerun  # replace those rows
     python3 bench/auto.py --greedy    # greedy's targets (RL n1000 80% in <= 2 s; RL n250/n500 at
                                       # 70% within budget) -> bench/results/auto_greedy.json
 
@@ -165,6 +166,9 @@ def main() -> None:
         "--one", nargs=5, metavar=("GRAPH", "FRACTION", "SOLVER", "LIMIT", "OUT"), help=argparse.SUPPRESS
     )
     ap.add_argument("--greedy", action="store_true", help="greedy's speed and 70%% cells only")
+    ap.add_argument(
+        "--rerun", action="store_true", help="run cells already in the file again, replacing their rows"
+    )
     args = ap.parse_args()
     if args.greedy:
         greedy_speed(args.note)
@@ -186,10 +190,12 @@ def main() -> None:
         if (only and key not in only) or (fracs and frac not in fracs):
             continue
         for s in solvers:
-            if (key, frac, s, args.time_limit) in done:
+            cell = (key, frac, s, args.time_limit)
+            if cell in done and not args.rerun:
                 continue
             r = run_cell(key, frac, s, args.time_limit)
-            rows.append(r)
+            same = [x for x in rows if (x["graph"], x["fraction"], x["solver"], x["time_limit"]) == cell]
+            rows = [x for x in rows if x not in same] + [r]
             ov = f"{r['overhead_pct']:.3f}" if r.get("overhead_pct") is not None else "—"
             print(f"{key:24} {frac:>6.0%} {s:12} {r['status']:10} {ov:>9} {r['seconds']:>8.1f}", flush=True)
             if first:

@@ -154,6 +154,11 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def cell_of(row: dict) -> tuple:
+    """A run's key in the file: graph, fraction, solver and time limit."""
+    return (row["graph"], row["fraction"], row["solver"], row["time_limit"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
@@ -183,7 +188,7 @@ def main() -> None:
     old = json.loads(OUT.read_text()) if OUT.exists() else {}
     rows: list[dict] = old.get("runs", [])
     commands: list[str] = old.get("commands", [])
-    done = {(r["graph"], r["fraction"], r["solver"], r["time_limit"]) for r in rows}
+    done = {cell_of(r) for r in rows}
     print(f"{'graph':24} {'budget':>6} {'solver':12} {'status':10} {'overhead%':>9} {'seconds':>8}")
     first = True
     for key, frac in CELLS:
@@ -194,8 +199,7 @@ def main() -> None:
             if cell in done and not args.rerun:
                 continue
             r = run_cell(key, frac, s, args.time_limit)
-            same = [x for x in rows if (x["graph"], x["fraction"], x["solver"], x["time_limit"]) == cell]
-            rows = [x for x in rows if x not in same] + [r]
+            rows = [x for x in rows if cell_of(x) != cell] + [r]
             ov = f"{r['overhead_pct']:.3f}" if r.get("overhead_pct") is not None else "—"
             print(f"{key:24} {frac:>6.0%} {s:12} {r['status']:10} {ov:>9} {r['seconds']:>8.1f}", flush=True)
             if first:

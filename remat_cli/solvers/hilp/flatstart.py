@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from functools import cached_property
 from typing import Any
 
 from remat_cli.graph import Graph
@@ -57,9 +58,14 @@ class WholeGraph:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def hint_fits(self) -> bool:
-        """Whether the caller's hint is a schedule within the budget."""
-        return self.opt.hint is not None and simulate(self.g, self.opt.hint).peak_memory <= self.budget
+    @cached_property
+    def fitting_hint(self) -> tuple[float, list[Step], int] | None:
+        """The caller's hint as (cost, steps, peak) where it is within the budget, else None
+        (simulated once: the flat start, the early incumbent and the fallbacks all ask)."""
+        if self.opt.hint is None:
+            return None
+        sim = simulate(self.g, self.opt.hint)
+        return (sim.cost, list(self.opt.hint), sim.peak_memory) if sim.peak_memory <= self.budget else None
 
     def flat_schedule(self) -> None:
         """Issue 18: the whole-graph schedules of ``flat_start`` (fastsa's and moccasin's by
@@ -76,11 +82,10 @@ class WholeGraph:
         from remat_cli import registry
 
         found: tuple[float, list[Step], int, str] | None = None
-        if self.opt.hint is not None and self.hint_fits():
+        if self.fitting_hint is not None:
             # the caller's schedule (--hint; auto's lane: the schedule of the solvers before this
             # one, fastsa's, which it then leaves out of --flat-start rather than run it twice)
-            sim = simulate(self.g, self.opt.hint)
-            found = (sim.cost, list(self.opt.hint), sim.peak_memory, "the hint")
+            found = (*self.fitting_hint, "the hint")
             self.opt.incumbent(found[1])
         for name in named + (["greedy"] if named and "greedy" not in named else []):
             if name == "greedy" and name not in named and found is not None:
@@ -222,7 +227,7 @@ class WholeGraph:
             solver = registry.get(name)
             if solver.availability()[0] != "available" or solver.supports(self.g) is not None:
                 continue
-            if name == "greedy" and self.hint_fits():
+            if name == "greedy" and self.fitting_hint is not None:
                 continue  # a last resort where the hint is one (auto's lane: greedy's or better)
             left = None
             if self.limit is not None:
@@ -254,7 +259,7 @@ class WholeGraph:
 
         if self.opt.on_incumbent is None or self.p.get("fallback") == "none":
             return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
-        if self.hint_fits():
+        if self.fitting_hint is not None:
             return  # the hint is reported at once (flat_schedule), and the last resort
         if "fastsa" in _names(self.p, "flat_start"):
             return  # the flat fastsa reports its incumbents within seconds (flat_schedule)

@@ -104,6 +104,28 @@ def test_run_with_a_non_npz_inputs_file_or_a_non_onnx_model(files: dict[str, Pat
     assert "is not an ONNX model" in line
 
 
+@pytest.mark.parametrize("mode", ["session", "interpret"])
+def test_run_of_a_model_onnxruntime_cannot_load_is_bad_input(tmp_path: Path, mode: str) -> None:
+    """An operator of a custom domain imports (its shapes are declared) and solves, but
+    onnxruntime has no kernel for it: the model is the input at fault (exit 2, naming it), not
+    the run (exit 1, which it was)."""
+    m = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Relu", ["x"], ["r"], name="a"), oh.make_node("Frob", ["r"], ["y"], domain="acme")],
+            "m",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        ),
+        opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("acme", 1)],
+        ir_version=8,
+    )
+    model, schedule = tmp_path / "custom.onnx", tmp_path / "s.json"
+    onnx.save(m, str(model))
+    assert invoke("solve", model, "-b", "100%", "-s", "checkpoint-all", "-q", "-o", schedule)[0] == 0
+    line = bad_input("run", model, schedule, "--repeat", "1", "--mode", mode)
+    assert line.startswith("remat: error: onnxruntime cannot load custom.onnx: ") and "Frob" in line
+
+
 def test_generator_arguments_that_make_no_graph() -> None:
     line = bad_input("generate", "unet", "--depth", "0")  # refused while parsing since --depth >= 1
     assert "--depth" in line and "Value error" not in line

@@ -40,10 +40,10 @@ from remat_cli.runtime.report import (
     _predicted,
     _report,
 )
-from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
+from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
 
-__all__ = ["RunReport", "run_schedule", "RuntimeUnavailable", "RunFailed", "ModelMismatch"]
+__all__ = ["ModelMismatch", "ModelRejected", "RunFailed", "RunReport", "RuntimeUnavailable", "run_schedule"]
 
 
 def run_schedule(
@@ -68,7 +68,8 @@ def run_schedule(
     ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
     Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch (the
     schedule's steps do not fit the graph, or the graph's nodes are not the model's), RunFailed
-    (onnxruntime failed, e.g. a kernel it lacks).
+    (onnxruntime failed, e.g. a kernel it lacks), ModelRejected (the model itself does not load
+    in onnxruntime).
     """
     if provider not in ("cpu", "cuda"):
         raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
@@ -132,10 +133,14 @@ def run_schedule(
     arena_report: dict[str, Any] | None = None
     resident = graph.resident_bytes
     if mode == "interpret":
-        engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
-        run, ref = interp.interpret(
-            engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
-        )
+        try:
+            engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
+            run, ref = interp.interpret(
+                engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
+            )
+        except RunFailed:
+            _blame_model(model_path, loaded, threads)
+            raise
         measured = _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
         unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
         out_a, out_b = run.outputs, ref.outputs
@@ -156,15 +161,19 @@ def run_schedule(
             if seeded or ir_lowered:  # the same seeds, a loadable IR version
                 ref_path = d / "unscheduled.onnx"
                 onnx.save(model, str(ref_path))
-            run_m, ref_m = session.measure(
-                [(sched_path, d / "scheduled_out.npz"), (ref_path, d / "unscheduled_out.npz")],
-                d / "inputs.npz",
-                provider=provider,
-                threads=threads,
-                warmup=warmup,
-                repeat=repeat,
-                check_order=[check_order, False],
-            )
+            try:
+                run_m, ref_m = session.measure(
+                    [(sched_path, d / "scheduled_out.npz"), (ref_path, d / "unscheduled_out.npz")],
+                    d / "inputs.npz",
+                    provider=provider,
+                    threads=threads,
+                    warmup=warmup,
+                    repeat=repeat,
+                    check_order=[check_order, False],
+                )
+            except RunFailed:
+                _blame_model(model_path, loaded, threads)
+                raise
             out_a = _load(d / "scheduled_out.npz")
             out_b = _load(d / "unscheduled_out.npz")
         measured = _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False)
@@ -214,6 +223,15 @@ def run_schedule(
         order_kept=order_kept,
         arena=arena_report,
     )
+
+
+def _blame_model(model_path: Path, loaded: onnx.ModelProto, threads: int) -> None:
+    """After a failed run: ModelRejected (bad input, exit 2) where the user's own model does not
+    load in onnxruntime either (an operator of a custom domain it has no kernel for), so that
+    RunFailed (exit 1) stays a failure of the run itself (a kernel failing, memory running out)."""
+    fitted = fit_ir_version(loaded)
+    source = model_path if fitted is loaded else fitted.SerializeToString()
+    session.check_loadable(source, model_path.name, threads)
 
 
 def _run_original(

@@ -42,6 +42,30 @@ class RunFailed(RuntimeError):
     """onnxruntime failed while running the model (e.g. a kernel it lacks, device memory out)."""
 
 
+class ModelRejected(ValueError):
+    """onnxruntime cannot load the user's own model (an operator of a custom domain it has no
+    kernel for): bad input (exit 2), where RunFailed is a failure of the run (exit 1)."""
+
+
+def check_loadable(source: str | Path | bytes, name: str, threads: int = 1) -> None:
+    """ModelRejected, naming the model (`name`) and onnxruntime's reason, when the model at
+    `source` (a path or its bytes) does not load in a plain CPU session; nothing otherwise."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(
+            source if isinstance(source, bytes) else str(source),
+            session_options(threads),
+            providers=["CPUExecutionProvider"],
+        )
+    except Exception as e:  # onnxruntime raises its own exception types for bad models
+        raise ModelRejected(f"onnxruntime cannot load {name}: {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 @dataclass
 class Measurement:
     """What one session-mode measurement found."""

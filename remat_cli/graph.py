@@ -23,6 +23,10 @@ GRAPH_FORMAT = "remat-graph"
 GRAPH_VERSION = 1
 #: sizes are int64 in every engine (numpy, OR-Tools, HiGHS); a graph whose bytes overflow it is refused
 MAX_BYTES = 2**63 - 1
+#: the most the node costs may add up to, times the number of nodes: a schedule recomputes nodes
+#: and the solvers sum costs (Checkmate's objective over T^2 terms), and past it those sums
+#: overflow a float (two costs of 1e308: overhead nan, checkmate a ZeroDivisionError)
+MAX_COST_TOTAL = 1e300
 
 
 class GraphError(ValueError):
@@ -209,6 +213,7 @@ def _validate(g: Graph) -> None:
             seen.add(i)
 
     _check_sizes(g)
+    _check_costs(g)
     dup((v.id for v in g.values), "value")
     dup((n.id for n in g.nodes), "node")
     values = {v.id: v for v in g.values}
@@ -273,6 +278,19 @@ def _check_devices(g: Graph, values: dict[str, Value]) -> None:
         for d in (c.source, c.target):
             if d not in ids:
                 raise GraphError(f"copy cost of {c.value!r} names unknown device {d!r}")
+
+
+def _check_costs(g: Graph) -> None:
+    """The node costs (each node's dearest device on several devices) add up to a float that
+    the schedules' recomputations and the solvers' sums keep finite (MAX_COST_TOTAL)."""
+    total = 0.0
+    for n in g.nodes:
+        total += max([n.cost, *(n.device_costs or {}).values()])
+    if total * max(1, len(g.nodes)) > MAX_COST_TOTAL:
+        raise GraphError(
+            f"the node costs add up to {total:.3g}, too large for the sums of recomputed costs "
+            f"(at most {MAX_COST_TOTAL:.0e} divided by the {len(g.nodes)} nodes): use a larger cost unit"
+        )
 
 
 def _check_sizes(g: Graph) -> None:

@@ -261,6 +261,25 @@ def check_valid_within_budget(solver: Solver) -> None:
                 raise _fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
 
 
+def check_costless_graph(solver: Solver) -> None:
+    """Costs of 0 are valid (a graph written without a cost model): on such a graph the claims
+    hold as on any other, at the baseline peak a schedule is found, and nothing divides by the
+    baseline's cost of 0 (hilp's message did: a ZeroDivisionError, exit 3)."""
+    name = "check_costless_graph"
+    data = contract_graphs()["unet"].model_dump(by_alias=True, exclude_none=True)
+    data["name"] = "unet_costless"
+    for n in data["nodes"]:
+        n["cost"] = 0.0
+    g = Graph.model_validate(data)
+    for _ in _graphs(solver, name, [g]):
+        for fraction in (1.0, 0.7):
+            budget = budget_for(g, fraction)
+            result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
+            _check_claims(name, g, budget, result, solver.minimises)
+            if fraction == 1.0 and result.status not in ("optimal", "feasible"):
+                raise _fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
+
+
 def check_time_limit(solver: Solver) -> None:
     """A solve returns within --time-limit plus a fixed slack, on a graph too big to finish early."""
     name = "check_time_limit"
@@ -366,6 +385,7 @@ def all_checks(solver: Solver) -> list[Check]:
         check_param_bounds,
         check_param_extremes,
         check_valid_within_budget,
+        check_costless_graph,
         check_time_limit,
         check_deterministic,
         check_options_not_mutated,

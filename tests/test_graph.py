@@ -48,6 +48,21 @@ def test_invalid_graphs_name_the_offender(change: dict, message: str) -> None:
         graph_from_data(raw(**change))
 
 
+def test_costs_whose_sums_overflow_are_refused_and_large_ones_pass() -> None:
+    """Two costs of 1e308 add up to inf (overheads nan, checkmate a ZeroDivisionError): refused
+    with one line saying what to do; 1e290 each, far beyond any FLOP count, still passes."""
+
+    def nodes(cost: float) -> list[dict]:
+        return [
+            {"id": "n1", "inputs": ["x"], "outputs": ["a"], "cost": cost},
+            {"id": "n2", "inputs": ["a"], "outputs": ["b"], "cost": cost},
+        ]
+
+    with pytest.raises(GraphError, match="node costs add up to inf.*use a larger cost unit"):
+        graph_from_data(raw(nodes=nodes(1e308)))
+    assert graph_from_data(raw(nodes=nodes(1e290))).nodes[0].cost == 1e290
+
+
 def test_canonical_hash_ignores_key_order_and_whitespace() -> None:
     a = Graph.model_validate(raw())
     b = Graph.model_validate_json(Graph.model_validate(raw()).model_dump_json(indent=3))

@@ -104,11 +104,15 @@ def test_run_with_a_non_npz_inputs_file_or_a_non_onnx_model(files: dict[str, Pat
     assert "is not an ONNX model" in line
 
 
-@pytest.mark.parametrize("mode", ["session", "interpret"])
-def test_run_of_a_model_onnxruntime_cannot_load_is_bad_input(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["run", "--mode", "session"], ["run", "--mode", "interpret"], ["profile"]],
+    ids=["run-session", "run-interpret", "profile"],
+)
+def test_a_model_onnxruntime_cannot_load_is_bad_input(tmp_path: Path, command: list[str]) -> None:
     """An operator of a custom domain imports (its shapes are declared) and solves, but
     onnxruntime has no kernel for it: the model is the input at fault (exit 2, naming it), not
-    the run (exit 1, which it was)."""
+    the run (exit 1, which it was for `run` and `profile`)."""
     m = oh.make_model(
         oh.make_graph(
             [oh.make_node("Relu", ["x"], ["r"], name="a"), oh.make_node("Frob", ["r"], ["y"], domain="acme")],
@@ -122,7 +126,10 @@ def test_run_of_a_model_onnxruntime_cannot_load_is_bad_input(tmp_path: Path, mod
     model, schedule = tmp_path / "custom.onnx", tmp_path / "s.json"
     onnx.save(m, str(model))
     assert invoke("solve", model, "-b", "100%", "-s", "checkpoint-all", "-q", "-o", schedule)[0] == 0
-    line = bad_input("run", model, schedule, "--repeat", "1", "--mode", mode)
+    if command[0] == "run":
+        line = bad_input("run", model, schedule, "--repeat", "1", *command[1:])
+    else:
+        line = bad_input("profile", model, "--runs", "1", "-o", tmp_path / "p.json")
     assert line.startswith("remat: error: onnxruntime cannot load custom.onnx: ") and "Frob" in line
 
 

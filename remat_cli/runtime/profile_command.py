@@ -49,6 +49,7 @@ def profile_command(
     from remat_cli.importers.onnx import fit_ir_version
     from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable
     from remat_cli.runtime.device_profile import parse_devices, profile_devices
+    from remat_cli.runtime.session import unloadable
 
     @friendly_errors
     def go() -> None:
@@ -57,13 +58,16 @@ def profile_command(
         except ValueError as e:
             raise BadInput(str(e)) from None
         graph = read_graph(model_path, input_shapes, batch, cost)
+        loaded = onnx.load(model_path)
+        fitted = fit_ir_version(loaded)
         try:
-            prof = profile_devices(
-                fit_ir_version(onnx.load(model_path)), graph, ids, runs=runs, threads=threads, seed=seed
-            )
+            prof = profile_devices(fitted, graph, ids, runs=runs, threads=threads, seed=seed)
         except (RuntimeUnavailable, ModelMismatch) as e:
             raise BadInput(str(e)) from None
         except RunFailed as e:
+            # the model itself, not the run, where onnxruntime cannot load it (as `remat run`)
+            if fitted is loaded and (reason := unloadable(model_path, threads)):
+                raise BadInput(reason) from None
             fail(str(e), 1)
         for d, why in prof.unavailable.items():
             err.print(f"note: {d} left out: {why}", markup=False)

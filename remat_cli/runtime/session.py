@@ -47,19 +47,17 @@ class ModelRejected(ValueError):
     kernel for): bad input (exit 2), where RunFailed is a failure of the run (exit 1)."""
 
 
-def check_loadable(source: str | Path | bytes, name: str, threads: int = 1) -> None:
-    """ModelRejected, naming the model (`name`) and onnxruntime's reason, when the model at
-    `source` (a path or its bytes) does not load in a plain CPU session; nothing otherwise."""
+def unloadable(path: str | Path, threads: int = 1) -> str | None:
+    """Why the model at `path` does not load in a plain CPU session (naming the file and
+    onnxruntime's reason), or None when it loads. Asked after a failed run, to tell a model
+    onnxruntime cannot take at all (bad input) from a run that failed."""
     import onnxruntime as ort
 
     try:
-        ort.InferenceSession(
-            source if isinstance(source, bytes) else str(source),
-            session_options(threads),
-            providers=["CPUExecutionProvider"],
-        )
+        ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types for bad models
-        raise ModelRejected(f"onnxruntime cannot load {name}: {_first_line(e)}") from None
+        return f"onnxruntime cannot load {Path(path).name}: {_first_line(e)}"
+    return None
 
 
 def _first_line(e: Exception) -> str:

@@ -47,7 +47,7 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.commands.plan import plan as plan_command
-from remat_cli.cost_bound import CostBound, cost_lower_bound, meets
+from remat_cli.cost_bound import MAX_NODES, CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.runner import with_cost_bound
@@ -59,7 +59,12 @@ from remat_cli.watchdog import run_guarded
 # ---- commands ----
 #: --bound-time-limit of solve, info and validate
 BOUND_TIME_LIMIT = click.option(
-    "--bound-time-limit", type=SECONDS, default=30.0, show_default=True, help="Seconds for the compute bound."
+    "--bound-time-limit",
+    type=SECONDS,
+    default=30.0,
+    show_default=True,
+    help="Seconds for the compute bound (0, the trivial bound, where they do not suffice to build "
+    f"its ancestor matrix, or above {MAX_NODES:,} nodes).",
 )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from remat_cli import cost_bound
 from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.runner import build_schedule, with_cost_bound
@@ -141,6 +142,19 @@ def test_training_chain_pays_the_cheapest_forward() -> None:
     bound = cost_lower_bound(g, budget)
     assert bound.extra_cost == pytest.approx(3)
     assert cost_lower_bound(g, baseline(g).peak_memory).extra_cost == 0
+
+
+def test_too_many_nodes_or_too_little_time_give_the_trivial_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ancestor matrix takes n^2 bytes and O(n^2) steps (a 20,001-node chain: 20 s for a 10 s
+    limit; 100,000 nodes would take 10 GB): above MAX_NODES, or once the deadline passes while it
+    is built, the bound is the trivial 0 with no instant solved."""
+    g = training_chain()
+    budget = baseline(g).peak_memory - 1
+    assert cost_lower_bound(g, budget).extra_cost > 0
+    monkeypatch.setattr(cost_bound, "MAX_NODES", len(g.needed_nodes) - 1)
+    assert cost_lower_bound(g, budget) == cost_bound.CostBound(0.0, None, 0)
+    with pytest.raises(cost_bound._OutOfTime):
+        cost_bound._Instants(g, deadline=0.0)  # time.monotonic() is past it
 
 
 def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:

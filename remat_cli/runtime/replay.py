@@ -100,8 +100,9 @@ def run_schedule(
     try:
         loaded = onnx.load(str(model_path))
     except Exception as e:  # protobuf's parse errors: e.g. a remat-graph JSON given as the model
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ModelMismatch(f"{model_path} is not an ONNX model (remat run replays ONNX): {first}") from None
+        raise ModelMismatch(
+            f"{model_path} is not an ONNX model (remat run replays ONNX): {session.first_line(e)}"
+        ) from None
     model, old_opset = upgrade_opset(loaded)
     model = fit_ir_version(model)
     ir_lowered = model.ir_version < loaded.ir_version

@@ -56,11 +56,12 @@ def unloadable(path: str | Path, threads: int = 1) -> str | None:
     try:
         ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types for bad models
-        return f"onnxruntime cannot load {Path(path).name}: {_first_line(e)}"
+        return f"onnxruntime cannot load {Path(path).name}: {first_line(e)}"
     return None
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
+    """The first line of an exception's message (onnxruntime's run to many lines), or its type's name."""
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 

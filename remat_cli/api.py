@@ -27,7 +27,15 @@ from remat_cli.budget import BudgetError, parse_budget
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph as _load_any
 from remat_cli.runner import run_solver
-from remat_cli.schedule import Schedule, ScheduleError, SimResult, Step, baseline, peak_lower_bound
+from remat_cli.schedule import (
+    Schedule,
+    ScheduleError,
+    SimResult,
+    Step,
+    baseline,
+    check_hint,
+    peak_lower_bound,
+)
 from remat_cli.schedule import simulate as _simulate
 from remat_cli.solver import OptionError, SolveOptions
 
@@ -157,7 +165,7 @@ def solve(
     if hint is not None:
         hint_steps = list(hint.steps if isinstance(hint, Schedule) else hint)
         with _as_input_error():
-            _simulate(graph, hint_steps)  # a hint for another graph is bad input
+            check_hint(graph, hint_steps)  # a hint for another graph is bad input
     options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=dict(params))
     if workers is not None:
         options.workers = workers

@@ -51,7 +51,7 @@ from remat_cli.cost_bound import MAX_NODES, CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.runner import with_cost_bound
-from remat_cli.schedule import ScheduleError, baseline, evaluate, peak_lower_bound, simulate
+from remat_cli.schedule import ScheduleError, baseline, check_hint, evaluate, peak_lower_bound
 from remat_cli.solver import SolveOptions
 from remat_cli.sweep.runner import solve_in_subprocess
 from remat_cli.watchdog import run_guarded
@@ -165,7 +165,7 @@ def solve(
     hint_steps = None
     if hint:
         hint_schedule = read_schedule(hint)
-        simulate(graph, hint_schedule.steps)  # a hint for another graph is bad input
+        check_hint(graph, hint_schedule.steps)  # a hint for another graph is bad input
         hint_steps = hint_schedule.steps
     if time_limit is None and solver_name == "auto":
         time_limit = 60.0

@@ -234,6 +234,16 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     return SimResult(peak, cost, recomputations, tuple(profile))
 
 
+def check_hint(graph: Graph, steps: Iterable[Step]) -> None:
+    """A warm start (--hint, ``api.solve(hint=...)``) is a valid schedule of `graph`; else
+    ScheduleError saying that it is the hint that is not (the simulator's own message named only
+    a step, as if the graph or the output were at fault)."""
+    try:
+        simulate(graph, steps)
+    except ScheduleError as e:
+        raise ScheduleError(f"the hint is not a valid schedule of this graph: {e}") from None
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """A schedule's steps simulated and measured against a budget and the baseline: what

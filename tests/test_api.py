@@ -73,6 +73,8 @@ def test_same_messages_as_the_cli(graph_file: Path, tmp_path: Path) -> None:
         with pytest.raises(InputError) as e:
             solve(g, **kwargs)
         assert code == 2 and str(e.value) == line
+    # the hint's own fault is named as the hint's, not as a bare step of "the schedule"
+    assert line.startswith("the hint is not a valid schedule of this graph: step ")
     code, line = cli_error("info", corrupt)
     with pytest.raises(InputError) as e:
         load_graph(corrupt)

@@ -59,20 +59,25 @@ def without_torch(factory: str, out: Path) -> bool:
     return False
 
 
-@pytest.fixture()
-def files(tmp_path: Path) -> dict[str, Path]:
-    g = tmp_path / "g.json"
-    g.write_text(linear(4, seed=1).to_json())
-    m = oh.make_model(
+def relu_then(second: onnx.NodeProto, *domains: onnx.OperatorSetIdProto) -> onnx.ModelProto:
+    """x (2x3) -> Relu -> r -> `second` -> y: a two-node ONNX model."""
+    return oh.make_model(
         oh.make_graph(
-            [oh.make_node("Relu", ["x"], ["r"], name="a"), oh.make_node("Neg", ["r"], ["y"], name="b")],
+            [oh.make_node("Relu", ["x"], ["r"], name="a"), second],
             "m",
             [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
             [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
         ),
-        opset_imports=[oh.make_opsetid("", 17)],
+        opset_imports=[oh.make_opsetid("", 17), *domains],
         ir_version=8,
     )
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    g = tmp_path / "g.json"
+    g.write_text(linear(4, seed=1).to_json())
+    m = relu_then(oh.make_node("Neg", ["r"], ["y"], name="b"))
     model = tmp_path / "m.onnx"
     onnx.save(m, str(model))
     out = {"graph": g, "model": model, "gs": tmp_path / "gs.json", "ms": tmp_path / "ms.json"}
@@ -113,16 +118,7 @@ def test_a_model_onnxruntime_cannot_load_is_bad_input(tmp_path: Path, command: l
     """An operator of a custom domain imports (its shapes are declared) and solves, but
     onnxruntime has no kernel for it: the model is the input at fault (exit 2, naming it), not
     the run (exit 1, which it was for `run` and `profile`)."""
-    m = oh.make_model(
-        oh.make_graph(
-            [oh.make_node("Relu", ["x"], ["r"], name="a"), oh.make_node("Frob", ["r"], ["y"], domain="acme")],
-            "m",
-            [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-            [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-        ),
-        opset_imports=[oh.make_opsetid("", 17), oh.make_opsetid("acme", 1)],
-        ir_version=8,
-    )
+    m = relu_then(oh.make_node("Frob", ["r"], ["y"], domain="acme"), oh.make_opsetid("acme", 1))
     model, schedule = tmp_path / "custom.onnx", tmp_path / "s.json"
     onnx.save(m, str(model))
     assert invoke("solve", model, "-b", "100%", "-s", "checkpoint-all", "-q", "-o", schedule)[0] == 0

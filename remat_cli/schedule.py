@@ -234,6 +234,11 @@ def simulate(graph: Graph, steps: Iterable[Step], *, keep_profile: bool = False)
     return SimResult(peak, cost, recomputations, tuple(profile))
 
 
+def overhead(cost: float, base_cost: float) -> float:
+    """cost / baseline cost − 1 (0 for a graph that costs nothing: costs of 0 are valid)."""
+    return cost / base_cost - 1.0 if base_cost > 0 else 0.0
+
+
 def check_hint(graph: Graph, steps: Iterable[Step]) -> None:
     """A warm start (--hint, ``api.solve(hint=...)``) is a valid schedule of `graph`; else
     ScheduleError saying that it is the hint that is not (the simulator's own message named only
@@ -275,8 +280,7 @@ class Evaluation:
 
     @property
     def overhead(self) -> float:
-        """cost / baseline cost − 1 (0 for a graph that costs nothing)."""
-        return self.sim.cost / self.base.cost - 1.0 if self.base.cost > 0 else 0.0
+        return overhead(self.sim.cost, self.base.cost)
 
     def summary(self) -> Summary:
         multi = self.sim.peak_by_device is not None

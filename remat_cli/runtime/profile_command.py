@@ -59,14 +59,13 @@ def profile_command(
             raise BadInput(str(e)) from None
         graph = read_graph(model_path, input_shapes, batch, cost)
         loaded = onnx.load(model_path)
-        fitted = fit_ir_version(loaded)
         try:
-            prof = profile_devices(fitted, graph, ids, runs=runs, threads=threads, seed=seed)
+            prof = profile_devices(fit_ir_version(loaded), graph, ids, runs=runs, threads=threads, seed=seed)
         except (RuntimeUnavailable, ModelMismatch) as e:
             raise BadInput(str(e)) from None
         except RunFailed as e:
             # the model itself, not the run, where onnxruntime cannot load it (as `remat run`)
-            if fitted is loaded and (reason := unloadable(model_path, threads)):
+            if reason := unloadable(model_path, loaded, threads):
                 raise BadInput(reason) from None
             fail(str(e), 1)
         for d, why in prof.unavailable.items():

@@ -229,10 +229,8 @@ def run_schedule(
 def _blame_model(model_path: Path, loaded: onnx.ModelProto, threads: int) -> None:
     """After a failed run: ModelRejected (bad input, exit 2) where the user's own model does not
     load in onnxruntime either (an operator of a custom domain it has no kernel for), so that
-    RunFailed (exit 1) stays a failure of the run itself (a kernel failing, memory running out).
-    Only a model onnxruntime reads as it is: a lowered IR version would be loaded from bytes,
-    where external data is not found."""
-    if fit_ir_version(loaded) is loaded and (why := session.unloadable(model_path, threads)):
+    RunFailed (exit 1) stays a failure of the run itself (a kernel failing, memory running out)."""
+    if why := session.unloadable(model_path, loaded, threads):
         raise ModelRejected(why)
 
 

@@ -27,6 +27,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
 
 #: glibc: allocations from this size up are mmapped, so freeing them returns the pages
 MMAP_THRESHOLD = 64 * 1024
@@ -47,12 +51,18 @@ class ModelRejected(ValueError):
     kernel for): bad input (exit 2), where RunFailed is a failure of the run (exit 1)."""
 
 
-def unloadable(path: str | Path, threads: int = 1) -> str | None:
-    """Why the model at `path` does not load in a plain CPU session (naming the file and
-    onnxruntime's reason), or None when it loads. Asked after a failed run, to tell a model
-    onnxruntime cannot take at all (bad input) from a run that failed."""
+def unloadable(path: str | Path, model: onnx.ModelProto, threads: int = 1) -> str | None:
+    """Why `model`, read from `path`, does not load in a plain CPU session (naming the file and
+    onnxruntime's reason), or None when it loads. Asked after a failed run (`remat run`,
+    `remat profile`), to tell a model onnxruntime cannot take at all (bad input) from a run that
+    failed. None too where the model's IR version had to be lowered to load: loaded from bytes,
+    its external data would not be found, and a failure would not be the model's."""
     import onnxruntime as ort
 
+    from remat_cli.importers.onnx import fit_ir_version
+
+    if fit_ir_version(model) is not model:
+        return None
     try:
         ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception types for bad models

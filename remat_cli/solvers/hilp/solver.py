@@ -9,7 +9,15 @@ from dataclasses import replace
 from typing import Any
 
 from remat_cli.graph import Graph, GraphError
-from remat_cli.schedule import ScheduleError, SimResult, Step, baseline, simulate, steps_from_sequence
+from remat_cli.schedule import (
+    ScheduleError,
+    SimResult,
+    Step,
+    baseline,
+    overhead,
+    simulate,
+    steps_from_sequence,
+)
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
 from remat_cli.solvers.hilp.flatstart import FLAT_SHARE, WholeGraph, _names
@@ -271,7 +279,7 @@ class _Solve(WholeGraph):
                 parts.append(
                     f"refined ({compute_nodes(finer)} compute nodes, from {self.flat_name}'s schedule): "
                     f"not solved: more than {2 * cap} compute nodes (its start, the whole-graph schedule "
-                    f"it follows) (overhead {_overhead(self.flat_start[0], base.cost):.4f})"
+                    f"it follows) (overhead {overhead(self.flat_start[0], base.cost):.4f})"
                 )
             finer, order = None, None
         if order is None:
@@ -304,7 +312,7 @@ class _Solve(WholeGraph):
                 # at once: the next top's engine may overrun the limit in native code, and the
                 # watchdog then returns the last incumbent
                 self.opt.incumbent(got[1])
-                part += f" (overhead {_overhead(got[0], base.cost):.4f})"
+                part += f" (overhead {overhead(got[0], base.cost):.4f})"
                 if found is None or got[0] < found[0]:
                     found = got
             parts.append(part)
@@ -336,7 +344,7 @@ class _Solve(WholeGraph):
             best = fb[:3]
             by = fb[3]
             msg += (
-                f"; used: {fb[3]} on the whole graph (overhead {_overhead(fb[0], base.cost):.4f}: cheaper "
+                f"; used: {fb[3]} on the whole graph (overhead {overhead(fb[0], base.cost):.4f}: cheaper "
                 "than the H-ILP's schedule or none)"
             )
             self.opt.incumbent(best[1])
@@ -653,12 +661,6 @@ def _leaf_failure_notes(failures: list[tuple[str, str]]) -> list[str]:
         note + (f" (and on {more[name]} more subgraphs)" if name in more else "")
         for name, note in first.items()
     ]
-
-
-def _overhead(cost: float, base_cost: float) -> float:
-    """cost / baseline cost - 1, for the message (0 where the graph costs nothing: costs of 0 are
-    valid, and the division was a ZeroDivisionError)."""
-    return cost / base_cost - 1 if base_cost > 0 else 0.0
 
 
 def _fractions(levels: int) -> tuple[float, ...]:

@@ -272,6 +272,8 @@ def info(
         facts["extra_cost_lower_bound"] = bound.extra_cost  # in cost_unit
         facts["overhead_lower_bound"] = bound.overhead(base.cost)
         facts["bound_instant"] = bound.node
+        if bound.chain:  # the chain bound's instants, `bound_instant` the last of them
+            facts["bound_instants"] = list(bound.chain)
     if as_json:
         click.echo(json.dumps(facts, indent=1))
         return

@@ -93,6 +93,47 @@ def test_never_above_the_free_order_optimum(g: Graph) -> None:
         assert got <= want + 1e-9, (budget, got, want)
 
 
+def random_chain(inst: cost_bound._Instants, rng: random.Random) -> list[str]:
+    """Instants each a descendant of the one before, from a random start."""
+    n = len(inst.order)
+    chain = [rng.randrange(n)]
+    while rng.random() > 0.25 and (below := [j for j in range(n) if inst.anc[j, chain[-1]]]):
+        chain.append(rng.choice(below))
+    return [inst.order[j] for j in chain]
+
+
+@pytest.mark.parametrize("g", cases(), ids=lambda g: g.name)
+def test_chain_bound_never_above_the_free_order_optimum(g: Graph) -> None:
+    """Any chain of instants, not only the one cost_lower_bound picks."""
+    rng = random.Random(g.name)
+    inst = cost_bound._Instants(g)
+    for budget in budgets(g):
+        want = free_order_min_extra(g, budget)
+        for _ in range(3):
+            chain = random_chain(inst, rng)
+            if want is not None:
+                assert inst.chain_bound(chain, budget, 10) <= want + 1e-9, (budget, chain)
+
+
+@pytest.mark.parametrize("costs", [(3, 5, 2, 7, 4), (3, 5, 2, 7, 4, 6)])
+def test_chain_bound_reaches_the_optimum_of_training_chains(
+    costs: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 4-5 units one instant forces only the recomputations its backward needs (six layers at
+    4 units: 21 of 59); a chain of instants counts every later window's again and meets the
+    free-order optimum."""
+    g = training_chain(costs)
+    for budget in (4, 5):
+        want = free_order_min_extra(g, budget)
+        bound = cost_lower_bound(g, budget)
+        assert bound.chain and bound.node == bound.chain[-1]
+        assert bound.extra_cost == pytest.approx(want)
+        with monkeypatch.context() as m:
+            m.setattr(cost_bound, "CHAIN_SIZES", ())
+            single = cost_lower_bound(g, budget)
+        assert not single.chain and single.extra_cost < want - 1
+
+
 def test_tight_on_tiny_graphs() -> None:
     """The bound is not trivially 0: where recomputation is needed, it mostly reaches the optimum
     (measured: on all of them)."""
@@ -107,20 +148,22 @@ def test_tight_on_tiny_graphs() -> None:
     assert positive >= 10 and hits >= positive / 2, (hits, positive)
 
 
-def training_chain() -> Graph:
-    """x -> f1 -> f2 -> f3 -> loss, then b3, b2, b1 each reading its forward value: the classic
-    shape where keeping every activation costs 4 units and the budget allows 3."""
+def training_chain(costs: tuple[int, ...] = (5, 3, 7)) -> Graph:
+    """x -> f1 -> f2 -> ... -> loss, then ..., b2, b1 each reading its forward value: the classic
+    shape; with the default three layers keeping every activation costs 4 units, and the
+    budget allows 3."""
+    n = len(costs)
     values = [Value(id="x", size=1, role="input")]
-    values += [Value(id=f"a{i}", size=1) for i in (1, 2, 3)] + [Value(id="l", size=1)]
-    values += [Value(id=f"g{i}", size=1) for i in (3, 2, 1)]
+    values += [Value(id=f"a{i}", size=1) for i in range(1, n + 1)] + [Value(id="l", size=1)]
+    values += [Value(id=f"g{i}", size=1) for i in range(n, 0, -1)]
     nodes = [
-        Node(id="f1", inputs=["x"], outputs=["a1"], cost=5),
-        Node(id="f2", inputs=["a1"], outputs=["a2"], cost=3),
-        Node(id="f3", inputs=["a2"], outputs=["a3"], cost=7),
-        Node(id="loss", inputs=["a3"], outputs=["l"], cost=1),
-        Node(id="b3", inputs=["l", "a3"], outputs=["g3"], cost=1),
-        Node(id="b2", inputs=["g3", "a2"], outputs=["g2"], cost=1),
-        Node(id="b1", inputs=["g2", "a1"], outputs=["g1"], cost=1),
+        Node(id=f"f{i}", inputs=[f"a{i - 1}" if i > 1 else "x"], outputs=[f"a{i}"], cost=c)
+        for i, c in enumerate(costs, 1)
+    ]
+    nodes.append(Node(id="loss", inputs=[f"a{n}"], outputs=["l"], cost=1))
+    nodes += [
+        Node(id=f"b{i}", inputs=["l" if i == n else f"g{i + 1}", f"a{i}"], outputs=[f"g{i}"], cost=1)
+        for i in range(n, 0, -1)
     ]
     return Graph(name="chain", values=values, nodes=nodes, outputs=["g1"])
 

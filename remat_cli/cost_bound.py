@@ -217,9 +217,10 @@ class _Instants:
 
     def chain_bound(
         self, chain: list[str], budget: int, time_limit: float, floors: list[float] | None = None
-    ) -> float:
+    ) -> tuple[float, bool]:
         """The ILP of the module docstring's last section over the instants `chain` (each a
-        descendant of the one before): HiGHS's dual bound, a bound whether or not it finished."""
+        descendant of the one before): HiGHS's dual bound, a bound whether or not it finished,
+        and whether it did."""
         g = self.graph
         nodes, vm, prod = g.node_map, g.value_map, g.producer
         ids = [self.idx[v] for v in chain]
@@ -338,9 +339,9 @@ class _Instants:
             options={"time_limit": max(time_limit, 0.1), "disp": False, "mip_rel_gap": 1e-7},
         )
         if res.status == 2:
-            return float("inf")
+            return float("inf"), True
         dual = getattr(res, "mip_dual_bound", None)
-        return float(dual) if dual is not None and np.isfinite(dual) else 0.0
+        return (float(dual) if dual is not None and np.isfinite(dual) else 0.0), res.status == 0
 
 
 def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: float = 30.0) -> CostBound:
@@ -394,12 +395,12 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
             break
         sub = _spread(chain, floors, size)
         last = size >= len(chain) or size == CHAIN_SIZES[-1]
-        value = inst.chain_bound(sub, budget, left if last else left / 2, [floors[v] for v in sub])
+        value, finished = inst.chain_bound(sub, budget, left if last else left / 2, [floors[v] for v in sub])
         solved += 1
         if value > best:
             best, where, found = value, sub[-1], tuple(sub)
-        if last or value == float("inf"):
-            break
+        if last or not finished or value == float("inf"):
+            break  # a chain of more instants is a harder ILP: it would not finish either
     return CostBound(best, where, solved, found)
 
 

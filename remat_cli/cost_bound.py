@@ -347,9 +347,11 @@ class _Instants:
 def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: float = 30.0) -> CostBound:
     """The cut bound of the module docstring for `budget` bytes. The LP relaxation runs at every
     instant where the bytes that could have to cross it exceed the budget (most such bytes first,
-    until half of `time_limit`), the ILP at the `exact` instants of the largest LP bounds. The
-    trivial bound 0 (no instant solved) where the graph has over MAX_NODES needed nodes or the
-    ancestor matrix is not built within half of `time_limit`."""
+    until half of `time_limit`), the ILP at the `exact` instants of the largest LP bounds, then
+    the chain bound over more and more of the instants with a positive LP bound (CHAIN_SIZES)
+    until the limit or the first chain whose ILP does not finish. The trivial bound 0 (no
+    instant solved) where the graph has over MAX_NODES needed nodes or the ancestor matrix is
+    not built within half of `time_limit`."""
     start = time.monotonic()
     if len(graph.needed_nodes) > MAX_NODES:
         return CostBound(0.0, None, 0)

@@ -59,6 +59,7 @@ the single instants leave.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -197,8 +198,9 @@ class _Instants:
         for u, k in r.items():
             if self.anc[i, self.idx[u]]:
                 cost[k] = nodes[u].cost
+        unit = self.cost_unit
         res = milp(
-            cost,
+            cost / unit,
             constraints=[
                 LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
                 LinearConstraint(mem.reshape(1, -1), lb=-np.inf, ub=budget - self.live_at(nid)),
@@ -210,10 +212,17 @@ class _Instants:
         if res.status == 2:  # infeasible: no schedule within the budget computes v at all
             return float("inf")
         if not integral:
-            return float(res.fun) if res.status == 0 else 0.0  # an unfinished LP bounds nothing
+            return float(res.fun) * unit if res.status == 0 else 0.0  # an unfinished LP bounds nothing
         # the dual bound, not the incumbent: "optimal" only means within mip_rel_gap of it
         dual = getattr(res, "mip_dual_bound", None)
-        return float(dual) if dual is not None and np.isfinite(dual) else 0.0
+        return float(dual) * unit if dual is not None and np.isfinite(dual) else 0.0
+
+    @functools.cached_property
+    def cost_unit(self) -> float:
+        """The largest node cost: the ILPs are posed in it, since HiGHS takes a cost of 1e20 for
+        infinite and coefficients past 1e15 for an error (flops of 1e16 a node made the chain
+        bound's rows 'infeasible', an infinite bound)."""
+        return max((self.graph.node_map[n].cost for n in self.order), default=0.0) or 1.0
 
     def chain_bound(
         self, chain: list[str], budget: int, time_limit: float, floors: list[float] | None = None
@@ -314,8 +323,13 @@ class _Instants:
         for k, (i, floor) in enumerate(zip(ids, floors or [0.0] * K, strict=True)):
             if floor > 0:
                 at_least(
-                    {c: cost[c] for w in range(k, K) for j, c in run[w].items() if j == i or self.anc[i, j]},
-                    floor,
+                    {
+                        c: cost[c] / self.cost_unit
+                        for w in range(k, K)
+                        for j, c in run[w].items()
+                        if j == i or self.anc[i, j]
+                    },
+                    floor / self.cost_unit,
                 )
         nvar = len(cost)
         mem = np.zeros((K, nvar))
@@ -329,7 +343,7 @@ class _Instants:
             ([c for *_, c in coo], ([r for r, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), nvar)
         )
         res = milp(
-            np.array(cost),
+            np.array(cost) / self.cost_unit,
             constraints=[
                 LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
                 LinearConstraint(mem, lb=-np.inf, ub=room),
@@ -341,7 +355,8 @@ class _Instants:
         if res.status == 2:
             return float("inf"), True
         dual = getattr(res, "mip_dual_bound", None)
-        return (float(dual) if dual is not None and np.isfinite(dual) else 0.0), res.status == 0
+        bound = float(dual) * self.cost_unit if dual is not None and np.isfinite(dual) else 0.0
+        return bound, res.status == 0
 
 
 def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: float = 30.0) -> CostBound:

@@ -134,6 +134,10 @@ def with_cost_bound(graph: Graph, schedule: Schedule, seconds: float) -> Schedul
     ):
         return schedule
     cut = cost_lower_bound(graph, schedule.budget, time_limit=seconds)
+    if not math.isfinite(cut.extra_cost):
+        # "no schedule fits", with one in hand: the engine failed numerically, and an infinite
+        # bound would call every schedule optimal
+        return schedule
     cost, base = schedule.summary.cost, schedule.summary.baseline_cost
     lower = base + cut.extra_cost
     if info.lower_bound is not None and info.objective is not None and math.isclose(info.objective, cost):

@@ -177,6 +177,19 @@ def test_tight_on_tiny_graphs() -> None:
     assert positive >= 10 and hits >= positive / 2, (hits, positive)
 
 
+@pytest.mark.parametrize("scale", [1e16, 1e290])
+def test_the_bound_holds_at_any_cost_scale(scale: float) -> None:
+    """HiGHS takes a cost of 1e20 for infinite and matrix coefficients past 1e15 for errors: the
+    ILPs are posed in the largest node cost (a graph of 1e16 flops a node got an infinite bound,
+    of 1e100 the trivial 0)."""
+    g = training_chain((3, 5, 2, 7, 4, 6))
+    nodes = [n.model_copy(update={"cost": n.cost * scale}) for n in g.nodes]
+    big = Graph(name="big", values=g.values, nodes=nodes, outputs=g.outputs)
+    for budget in (4, 5):
+        want = free_order_min_extra(g, budget)
+        assert cost_lower_bound(big, budget).extra_cost == pytest.approx(want * scale)
+
+
 def training_chain(costs: tuple[int, ...] = (5, 3, 7)) -> Graph:
     """x -> f1 -> f2 -> ... -> loss, then ..., b2, b1 each reading its forward value: the classic
     shape; with the default three layers keeping every activation costs 4 units, and the

@@ -281,6 +281,8 @@ def info(
     for k, v in facts.items():
         if k == "overhead_lower_bound":
             shown = f"{v:.4%}"
+        elif k == "bound_instants":
+            shown = " -> ".join(v)
         elif k.endswith(("bytes", "memory", "peak_lower_bound")) or k == "budget":
             shown = human_bytes(v) + f"  ({v:,} B)"
         else:

@@ -259,6 +259,23 @@ def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""
 
 
+def test_solve_bound_proves_greedy_optimal_on_a_longer_chain(tmp_path: Path) -> None:
+    """Six layers at 4 units: greedy's schedule costs the optimum (59), which only the chain
+    bound reaches (the single instants: 21), so `--bound` proves it optimal; `info` names the
+    chain's instants, on stdout as JSON and on stderr as a line."""
+    path = tmp_path / "chain6.json"
+    path.write_text(training_chain((3, 5, 2, 7, 4, 6)).to_json())
+    proc = remat("solve", path, "--budget", "4", "--solver", "greedy", "--bound")
+    assert proc.returncode == 0, proc.stderr
+    schedule = json.loads(proc.stdout)
+    assert schedule["summary"]["cost"] - schedule["summary"]["baseline_cost"] == pytest.approx(59)
+    assert schedule["solver"]["status"] == "optimal"
+    facts = json.loads(remat("info", path, "--budget", "4", "--json").stdout)
+    assert facts["bound_instants"][-1] == facts["bound_instant"] and len(facts["bound_instants"]) > 1
+    shown = remat("info", path, "--budget", "4").stderr
+    assert " -> ".join(facts["bound_instants"]) in shown
+
+
 def test_validate_bound_tells_optimal_from_not(chain_file: Path, tmp_path: Path) -> None:
     """`remat validate --bound`: Checkmate's schedule meets the bound (optimal); one that recomputes
     both f1 and f2 (8 units where 3 suffice) within the same budget does not."""

@@ -225,11 +225,12 @@ class _Instants:
         return max((self.graph.node_map[n].cost for n in self.order), default=0.0) or 1.0
 
     def chain_bound(
-        self, chain: list[str], budget: int, time_limit: float, floors: list[float] | None = None
+        self, chain: list[str], budget: int, deadline: float, floors: list[float] | None = None
     ) -> tuple[float, bool]:
         """The ILP of the module docstring's last section over the instants `chain` (each a
-        descendant of the one before): HiGHS's dual bound, a bound whether or not it finished,
-        and whether it did."""
+        descendant of the one before), solved until `deadline` (time.monotonic(); building the
+        model counts): HiGHS's dual bound, a bound whether or not it finished, and whether it
+        did (0 and False when the model took all the time)."""
         g = self.graph
         nodes, vm, prod = g.node_map, g.value_map, g.producer
         ids = [self.idx[v] for v in chain]
@@ -317,7 +318,8 @@ class _Instants:
                 continue
             before = [k for k in range(after[0], K) if self.anc[ids[k], j]]
             end = before[0] if before else K
-            at_least({run[k][j]: 1.0 for k in range(after[0], end) if j in run[k]}, 1.0)
+            if windows := {run[k][j]: 1.0 for k in range(after[0], end) if j in run[k]}:
+                at_least(windows, 1.0)
         # each instant's own bound (`floors`, its single ILP's) holds for the recomputations of
         # its ancestors after it: a valid cut that lifts the LP relaxation
         for k, (i, floor) in enumerate(zip(ids, floors or [0.0] * K, strict=True)):
@@ -342,6 +344,9 @@ class _Instants:
         cover = coo_matrix(
             ([c for *_, c in coo], ([r for r, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), nvar)
         )
+        time_limit = deadline - time.monotonic()
+        if time_limit <= 0:
+            return 0.0, False
         res = milp(
             np.array(cost) / self.cost_unit,
             constraints=[
@@ -350,7 +355,7 @@ class _Instants:
             ],
             integrality=np.ones(nvar),
             bounds=Bounds(0, 1),
-            options={"time_limit": max(time_limit, 0.1), "disp": False, "mip_rel_gap": 1e-7},
+            options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-7},
         )
         if res.status == 2:
             return float("inf"), True
@@ -412,7 +417,8 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
             break
         sub = _spread(chain, floors, size)
         last = size >= len(chain) or size == CHAIN_SIZES[-1]
-        value, finished = inst.chain_bound(sub, budget, left if last else left / 2, [floors[v] for v in sub])
+        ends = time.monotonic() + (left if last else left / 2)
+        value, finished = inst.chain_bound(sub, budget, ends, [floors[v] for v in sub])
         solved += 1
         if value > best:
             best, where, found = value, sub[-1], tuple(sub)
@@ -426,21 +432,23 @@ def _chain(inst: _Instants, relaxed: list[tuple[float, str]]) -> list[str]:
     where several instants force recomputations, the chain bound counts each of them once per
     window."""
     cands = sorted((inst.idx[v], value) for value, v in relaxed if 0 < value < float("inf"))
-    total: list[float] = []
-    back: list[int] = []
-    for a, (i, w) in enumerate(cands):
-        prev = max(((total[b], b) for b in range(a) if inst.anc[i, cands[b][0]]), default=(0.0, -1))
-        total.append(prev[0] + w)
-        back.append(prev[1])
-    if not total:
+    if not cands:
         return []
+    at = np.array([i for i, _ in cands])
+    total = np.array([w for _, w in cands])
+    back = np.full(len(cands), -1)
+    for a in range(1, len(cands)):  # the longest path, over the candidates in topological order
+        below = np.where(inst.anc[at[a], at[:a]], total[:a], -np.inf)
+        b = int(np.argmax(below))
+        if below[b] > -np.inf:
+            total[a] += total[b]
+            back[a] = b
     picked: list[int] = []
     a = int(np.argmax(total))
     while a >= 0:
         picked.append(a)
-        a = back[a]
-    picked.reverse()
-    return [inst.order[cands[a][0]] for a in picked]
+        a = int(back[a])
+    return [inst.order[at[a]] for a in reversed(picked)]
 
 
 def _spread(chain: list[str], floors: dict[str, float], size: int) -> list[str]:

@@ -64,7 +64,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import coo_matrix
 
 from remat_cli.graph import Graph
@@ -187,35 +187,21 @@ class _Instants:
                 rows.append({x[b]: 1.0, r[prod[b]]: 1.0})
                 lower.append(1.0)
         nvar = len(r) + len(x)
-        coo = [(k, j, c) for k, row in enumerate(rows) for j, c in row.items()]
-        cover = coo_matrix(
-            ([c for *_, c in coo], ([k for k, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), nvar)
-        )
-        mem = np.zeros(nvar)
+        mem = np.zeros((1, nvar))
         for b, k in x.items():
-            mem[k] = vm[b].size
+            mem[0, k] = vm[b].size
         cost = np.zeros(nvar)
         for u, k in r.items():
             if self.anc[i, self.idx[u]]:
                 cost[k] = nodes[u].cost
         unit = self.cost_unit
-        res = milp(
-            cost / unit,
-            constraints=[
-                LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
-                LinearConstraint(mem.reshape(1, -1), lb=-np.inf, ub=budget - self.live_at(nid)),
-            ],
-            integrality=np.full(nvar, int(integral)),
-            bounds=Bounds(0, 1),
-            options={"time_limit": max(time_limit, 0.1), "disp": False, "mip_rel_gap": 1e-7},
-        )
+        room = np.array([budget - self.live_at(nid)])
+        res = _solve(cost / unit, rows, lower, mem, room, max(time_limit, 0.1), integral=integral)
         if res.status == 2:  # infeasible: no schedule within the budget computes v at all
             return float("inf")
         if not integral:
             return float(res.fun) * unit if res.status == 0 else 0.0  # an unfinished LP bounds nothing
-        # the dual bound, not the incumbent: "optimal" only means within mip_rel_gap of it
-        dual = getattr(res, "mip_dual_bound", None)
-        return float(dual) * unit if dual is not None and np.isfinite(dual) else 0.0
+        return _dual(res) * unit
 
     @functools.cached_property
     def cost_unit(self) -> float:
@@ -242,13 +228,13 @@ class _Instants:
             return len(cost) - 1
 
         # run[k][j]: node j runs in window k (after v_k's instant, before v_{k+1}'s); it is a
-        # recomputation, at its cost, when j is v_k or one of its ancestors
+        # recomputation, at its cost (in cost_unit), when j is v_k or one of its ancestors
         run: list[dict[int, int]] = []
         for k, i in enumerate(ids):
             nxt = ids[k + 1] if k + 1 < K else None
             run.append(
                 {
-                    j: column(nodes[u].cost if j == i or self.anc[i, j] else 0.0)
+                    j: column(nodes[u].cost / self.cost_unit if j == i or self.anc[i, j] else 0.0)
                     for j, u in enumerate(self.order)
                     if nxt is None or not (j == nxt or self.anc[j, nxt])
                 }
@@ -325,12 +311,7 @@ class _Instants:
         for k, (i, floor) in enumerate(zip(ids, floors or [0.0] * K, strict=True)):
             if floor > 0:
                 at_least(
-                    {
-                        c: cost[c] / self.cost_unit
-                        for w in range(k, K)
-                        for j, c in run[w].items()
-                        if j == i or self.anc[i, j]
-                    },
+                    {c: cost[c] for w in range(k, K) for j, c in run[w].items() if j == i or self.anc[i, j]},
                     floor / self.cost_unit,
                 )
         nvar = len(cost)
@@ -340,28 +321,49 @@ class _Instants:
             for b, c in live[k].items():
                 mem[k, c] = vm[b].size
             room[k] = budget - self.live_at(v)
-        coo = [(r, j, c) for r, row in enumerate(rows) for j, c in row.items()]
-        cover = coo_matrix(
-            ([c for *_, c in coo], ([r for r, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), nvar)
-        )
         time_limit = deadline - time.monotonic()
         if time_limit <= 0:
             return 0.0, False
-        res = milp(
-            np.array(cost) / self.cost_unit,
-            constraints=[
-                LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
-                LinearConstraint(mem, lb=-np.inf, ub=room),
-            ],
-            integrality=np.ones(nvar),
-            bounds=Bounds(0, 1),
-            options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-7},
-        )
+        res = _solve(np.array(cost), rows, lower, mem, room, time_limit)
         if res.status == 2:
             return float("inf"), True
-        dual = getattr(res, "mip_dual_bound", None)
-        bound = float(dual) * self.cost_unit if dual is not None and np.isfinite(dual) else 0.0
-        return bound, res.status == 0
+        return _dual(res) * self.cost_unit, res.status == 0
+
+
+def _solve(
+    cost: np.ndarray,
+    rows: list[dict[int, float]],
+    lower: list[float],
+    mem: np.ndarray,
+    room: np.ndarray,
+    time_limit: float,
+    *,
+    integral: bool = True,
+) -> OptimizeResult:
+    """min cost . z over z in [0, 1] (binary where `integral`) with the cover rows (row . z >=
+    lower, a row a sparse dict column -> coefficient) and the memory rows (mem z <= room), by
+    HiGHS through scipy."""
+    coo = [(k, j, c) for k, row in enumerate(rows) for j, c in row.items()]
+    cover = coo_matrix(
+        ([c for *_, c in coo], ([k for k, *_ in coo], [j for _, j, _ in coo])), shape=(len(rows), len(cost))
+    )
+    return milp(
+        cost,
+        constraints=[
+            LinearConstraint(cover.tocsr(), lb=np.array(lower), ub=np.inf),
+            LinearConstraint(mem, lb=-np.inf, ub=room),
+        ],
+        integrality=np.full(len(cost), int(integral)),
+        bounds=Bounds(0, 1),
+        options={"time_limit": time_limit, "disp": False, "mip_rel_gap": 1e-7},
+    )
+
+
+def _dual(res: OptimizeResult) -> float:
+    """The dual bound, not the incumbent, whether or not the search finished ("optimal" only
+    means within mip_rel_gap of it); 0 where HiGHS gives none."""
+    dual = getattr(res, "mip_dual_bound", None)
+    return float(dual) if dual is not None and np.isfinite(dual) else 0.0
 
 
 def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: float = 30.0) -> CostBound:

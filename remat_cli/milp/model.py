@@ -139,6 +139,30 @@ class LinearModel:
     def objective(self, x: np.ndarray) -> float:
         return float(self.cost @ x) + self.objective_offset
 
+    def restricted(self, free: np.ndarray, x: np.ndarray) -> LinearModel:
+        """The model with every column outside the boolean mask `free` fixed at its value in `x`:
+        only the free columns (in their order), and only the rows that read one of them, with
+        the fixed columns' part moved into the row bounds. A large-neighbourhood step: the
+        engine sees a model of the window's size, not the whole one with most columns fixed."""
+        cols = np.flatnonzero(free)
+        A = self.matrix()
+        sub_cols = A.tocsc()[:, cols]
+        rows = np.unique(sub_cols.indices)
+        shift = A[rows] @ np.where(free, 0.0, x)
+        out = LinearModel(f"{self.name} (restricted)")
+        out.add_vars(len(cols), lb=self.lb[cols], ub=self.ub[cols], integer=False, cost=self.cost[cols])
+        out._int = [self.integer[cols]]
+        block = sub_cols.tocsr()[rows].tocoo()
+        out.add_constraints(
+            block.row,
+            block.col,
+            block.data,
+            self.row_lb[rows] - shift,
+            self.row_ub[rows] - shift,
+            count=len(rows),
+        )
+        return out
+
     def violation(self, x: np.ndarray) -> float:
         """Largest bound or row violation of `x` (0 when feasible), for checking hints."""
         ax = self.matrix() @ x

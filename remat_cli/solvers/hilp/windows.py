@@ -33,7 +33,7 @@ from remat_cli.solvers.checkmate.model import _stri, _tri, build_model, stages_o
 #: built in 2-3 s); past it the windows are not tried
 MAX_STAGES = 800
 #: deterministic mode: HiGHS branch-and-bound nodes per window (a work limit, not a clock)
-WINDOW_NODES = 200
+WINDOW_NODES = 100
 
 
 @dataclass
@@ -70,9 +70,10 @@ def sweep(
 ) -> Windows:
     """Windows of ``size`` stages over `steps`' order, each solved from the schedule's values,
     within `time_limit` seconds in all (and by ``deadline``, epoch seconds). With
-    ``deterministic`` every window stops on HiGHS nodes (``WINDOW_NODES``), not on the clock;
-    where the clock stops the sweep first, what it found is dropped, so that a seeded run
-    repeats."""
+    ``deterministic`` every window stops on HiGHS nodes (``WINDOW_NODES``), not on the clock,
+    and a window the clock stops first is dropped, as the H-ILPs' runs are
+    (:func:`remat_cli.solvers.hilp.subgraphs.solve_instance`). Windows are taken where the
+    schedule recomputes most first."""
     started = time.monotonic()
     if deadline is not None:
         time_limit = min(time_limit, deadline - time.time())
@@ -99,15 +100,22 @@ def sweep(
     keep = t >= 1
     stage_s[cm.S[_stri(t[keep], i[keep])]] = t[keep]
     step = max(1, size // 2)
-    starts = list(range(0, max(1, T - size + step), step))
-    cost, best_steps, improved, tried = base.cost, None, 0, 0
-    for n, a in enumerate(starts):
-        b = min(T, a + size)
+    windows = [(a, min(T, a + size)) for a in range(0, max(1, T - size + step), step)]
+    rc = M.cost * (stage_r >= 0)  # the recomputation cost of each R column, 0 elsewhere
+
+    def recomputed(a: int, b: int) -> float:
+        return float(rc[(stage_r >= a) & (stage_r < b)] @ x[(stage_r >= a) & (stage_r < b)])
+
+    # where the schedule recomputes most first: a window it recomputes nothing in cannot
+    # recompute less there, and is skipped
+    windows = sorted((w for w in windows if recomputed(*w) > 0), key=lambda w: (-recomputed(*w), w[0]))
+    cost, best_steps, improved, tried, dropped = base.cost, None, 0, 0, 0
+    for n, (a, b) in enumerate(windows):
         left = time_limit - (time.monotonic() - started)
         if left <= 0.2:
-            if deterministic:
-                return Windows(None, base.cost, tried, 0, "stopped by the clock: dropped for determinism")
             break
+        if recomputed(a, b) <= 0:
+            continue
         # R and U/FREE of the window's stages (FREE[a-1] frees what S[a] drops), S of its
         # stages and both ends: the rest is the schedule's
         free = (
@@ -116,16 +124,19 @@ def sweep(
             | ((stage_u >= a - 1) & (stage_u <= b))
         )
         sub = M.restricted(free, x)
+        # a window may take a third of what is left: most are solved in seconds, and the first
+        # (where the schedule recomputes most) are the likeliest to pay
         settings = EngineSettings(
-            backend="highs", time_limit=left / (len(starts) - n), threads=1, seed=seed, hint=x[free]
+            backend="highs", time_limit=left / min(3, len(windows) - n), threads=1, seed=seed, hint=x[free]
         )
         if deterministic:
             settings.engine_options = {"highs": {"mip_max_nodes": WINDOW_NODES}}
             settings.time_limit = left
         res = milp_solve(sub, settings)
         tried += 1
-        if deterministic and time.monotonic() - started >= time_limit - 0.05:
-            return Windows(None, base.cost, tried, 0, "stopped by the clock: dropped for determinism")
+        if deterministic and res.seconds >= left - 0.05:
+            dropped += 1  # what the clock picked is not reproducible
+            continue
         if res.x is None or float(sub.cost @ res.x) >= float(sub.cost @ x[free]) - 1e-9:
             continue
         cand = x.copy()
@@ -138,4 +149,7 @@ def sweep(
         if cand is not None and sim.peak_memory <= budget and sim.cost < cost:
             x, cost, best_steps = cand, sim.cost, cand_steps
             improved += 1
-    return Windows(best_steps, cost, tried, improved, f"{improved} of {tried} windows improved it")
+    note = f"{improved} of {tried} windows improved it"
+    if dropped:
+        note += f" ({dropped} stopped by the clock: dropped for determinism)"
+    return Windows(best_steps, cost, tried, improved, note)

@@ -72,6 +72,16 @@ How the pieces fit:
   A start is an H-ILP schedule, so it is the refined top's result when that top's model cannot
   be built or solved in time, or when following the schedule needs more than twice its cap
   (then the old refined top is solved instead), as a MIP engine returns its start.
+- **Windows** (:mod:`remat_cli.solvers.hilp.windows`). With half the ILP time the flat start
+  leaves, Checkmate's model (the RK-Checkmate of the H-ILP's leaves) in the flat schedule's own
+  order is re-solved a window of ``windows`` stages at a time, the rest of the schedule fixed,
+  where it recomputes most first; a cheaper schedule within budget is the H-ILP's. The whole
+  model in that order finds nothing over fastsa's schedule of torch_unet_train at 50% in 300 s
+  (``bench/results/hilp_inorder.json``); three windows take its 60 s schedule from 8.27% to
+  7.89% in 20 s. fastsa given those 20 s more gets 7.88% itself, and fastsa fills the limit
+  with its rounds, so at the default limits the windows run only where the flat start leaves
+  time: auto's lane, which hands hilp fastsa's schedule as the hint, or a flat start that ends
+  early (``bench/results/hilp_windows.json``).
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
   (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
   process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one
@@ -90,6 +100,7 @@ from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, _Solve
 from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
 from remat_cli.solvers.hilp.units import Unit, atomic, canonical, follow, measure, refine
 from remat_cli.solvers.hilp.warmstart import flat_hint, recompute_hint, sequential_hint, sequential_x
+from remat_cli.solvers.hilp.windows import Windows, in_order, sweep
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
@@ -115,4 +126,7 @@ __all__ = [
     "structural_pairs",
     "trivial",
     "unit_options",
+    "Windows",
+    "in_order",
+    "sweep",
 ]

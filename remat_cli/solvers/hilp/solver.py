@@ -38,7 +38,7 @@ from remat_cli.solvers.hilp.units import (
     refine,
     spread,
 )
-from remat_cli.solvers.hilp.windows import sweep
+from remat_cli.solvers.hilp.windows import Windows, sweep
 
 #: the refined top (units replaced by their pieces where the memory is) has at most this many
 #: times M^t compute nodes
@@ -126,7 +126,7 @@ class HILP(Solver):
             40,
             "stages per window of Checkmate's model in the flat start's order, re-solved with the "
             "rest of that schedule fixed, half the time after it (0: off; issue 18: "
-            "torch_unet_train at 50%, fastsa's 60 s schedule 8.27% -> 7.89% in 14 s)",
+            "torch_unet_train at 50%, fastsa's 60 s schedule 8.27% -> 7.89% in 20 s, where fastsa given those 20 s reaches 7.88%)",
             low=0,
             high=100000,
         ),
@@ -332,9 +332,13 @@ class _Solve(WholeGraph):
                     found = got
             parts.append(part)
         if windowed is not None:
-            parts.append(windowed[0])
-            if windowed[1] is not None and (found is None or windowed[1][0] < found[0]):
-                found = windowed[1]
+            head, w = windowed
+            if w.steps is None:
+                parts.append(f"{head}: {w.note}")
+            else:
+                parts.append(f"{head}: {w.note} (overhead {overhead(w.cost, base.cost):.4f})")
+                if found is None or w.cost < found[0]:
+                    found = (w.cost, w.steps, w.peak)
         if self.flat_start is not None and (found is None or self.flat_start[0] < found[0]):
             # the flat start is the H-ILP's own schedule where no top improves on it, also where
             # no refined top could follow it (``follow`` found no cut): the top alone was
@@ -391,17 +395,18 @@ class _Solve(WholeGraph):
             params={"max_subgraph": self.p["max_subgraph"], "produced_by": by, "time_limit": self.limit},
         )
 
-    def windows(self) -> tuple[str, tuple[float, list[Step], int] | None] | None:
+    def windows(self) -> tuple[str, Windows] | None:
         """The flat start improved window by window (:func:`sweep`), with ``WINDOW_SHARE`` of
-        the time after it: the message's part, and the cheaper schedule (or None); None where
-        there is no flat start or windows are off."""
+        the time after it: the message's head and what the sweep gave; None where there is no
+        flat start or windows are off."""
         size = int(self.p.get("windows", 0))
         if not size or self.flat_start is None or self.limit is None or self.deadline is None:
             return None
         share = WINDOW_SHARE * max(0.0, self.deadline - time.time())
         head = f"windows of {size} stages over {self.flat_name}'s schedule"
         if share < 1.0:
-            return f"{head}: not tried, no time left", None
+            cost, _, peak = self.flat_start
+            return head, Windows(None, cost, peak, 0, 0, "not tried, no time left")
         w = sweep(
             self.g,
             self.budget,
@@ -412,12 +417,9 @@ class _Solve(WholeGraph):
             self.deterministic,
             self.deadline,
         )
-        if w.steps is None:
-            return f"{head}: {w.note}", None
-        peak = simulate(self.g, w.steps).peak_memory
-        self.opt.incumbent(w.steps)
-        base = baseline(self.g).cost
-        return f"{head}: {w.note} (overhead {overhead(w.cost, base):.4f})", (w.cost, w.steps, peak)
+        if w.steps is not None:
+            self.opt.incumbent(w.steps)
+        return head, w
 
     def own_source(self, best: tuple[float, list[Step], int] | None) -> tuple[str, str]:
         """Which method made the H-ILP's own schedule, for the message and for the result's

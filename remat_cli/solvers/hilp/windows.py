@@ -44,6 +44,7 @@ class Windows:
 
     steps: list[Step] | None
     cost: float
+    peak: int
     tried: int
     improved: int
     note: str
@@ -83,11 +84,20 @@ def sweep(
     seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
     st = stages_of(in_order(graph, seq), budget)
     if st.T > MAX_STAGES:
-        return Windows(None, base.cost, 0, 0, f"not tried: {st.T} stages, more than {MAX_STAGES}")
+        return Windows(
+            None, base.cost, base.peak_memory, 0, 0, f"not tried: {st.T} stages, more than {MAX_STAGES}"
+        )
     cm = build_model(st)
     x = hint_vector(cm, steps)
     if x is None:
-        return Windows(None, base.cost, 0, 0, "not tried: the schedule is none of Checkmate's in its order")
+        return Windows(
+            None,
+            base.cost,
+            base.peak_memory,
+            0,
+            0,
+            "not tried: the schedule is none of Checkmate's in its order",
+        )
     M = cm.model
     T = st.T
     # the stage of every R, S and U/FREE column (-1: none), to cut windows by
@@ -106,12 +116,13 @@ def sweep(
     rc = M.cost * (stage_r >= 0)  # the recomputation cost of each R column, 0 elsewhere
 
     def recomputed(a: int, b: int) -> float:
-        return float(rc[(stage_r >= a) & (stage_r < b)] @ x[(stage_r >= a) & (stage_r < b)])
+        sel = (stage_r >= a) & (stage_r < b)
+        return float(rc[sel] @ x[sel])
 
     # where the schedule recomputes most first: a window it recomputes nothing in cannot
     # recompute less there, and is skipped
     windows = sorted((w for w in windows if recomputed(*w) > 0), key=lambda w: (-recomputed(*w), w[0]))
-    cost, best_steps, improved, tried, dropped = base.cost, None, 0, 0, 0
+    cost, peak, best_steps, improved, tried, dropped = base.cost, base.peak_memory, None, 0, 0, 0
     for n, (a, b) in enumerate(windows):
         left = time_limit - (time.monotonic() - started)
         if left <= 0.2:
@@ -149,9 +160,9 @@ def sweep(
         # and frees as little as the stages allow, which may differ from the engine's vector)
         cand = hint_vector(cm, cand_steps)
         if cand is not None and sim.peak_memory <= budget and sim.cost < cost:
-            x, cost, best_steps = cand, sim.cost, cand_steps
+            x, cost, peak, best_steps = cand, sim.cost, sim.peak_memory, cand_steps
             improved += 1
     note = f"{improved} of {tried} windows improved it"
     if dropped:
         note += f" ({dropped} stopped by the clock: dropped for determinism)"
-    return Windows(best_steps, cost, tried, improved, note)
+    return Windows(best_steps, cost, peak, tried, improved, note)

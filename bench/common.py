@@ -48,6 +48,18 @@ def graph_files(keys: dict[str, str] | None = None) -> dict[str, str]:
     return {k: GRAPHS[label] for k, label in (keys or {v: v for v in GRAPHS}).items()}
 
 
+#: the ONNX training exports shipped in graphs/ (issue 18's table)
+EXPORTS = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
+
+
+def export_path(name: str) -> Path:
+    """A shipped export by name (graphs/NAME.onnx), or any graph file by its path (the held-out
+    exports of bench/model_nets.py)."""
+    if name.endswith((".onnx", ".json")):
+        return Path(name)
+    return Path(__file__).resolve().parents[1] / "graphs" / f"{name}.onnx"
+
+
 def moccasin_graph(label: str) -> Graph:
     """A published benchmark graph by its label in the papers' tables (RL n100, CM1, ...)."""
     return load_graph(MOCCASIN / GRAPHS[label])

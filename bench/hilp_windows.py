@@ -4,6 +4,7 @@ against fastsa alone for T + W seconds (one worker, seed 0; the same total time)
 
     python3 bench/hilp_windows.py --fastsa 60 --windows 20
     python3 bench/hilp_windows.py --only torch_unet_train --fractions 0.5
+    python3 bench/hilp_windows.py --only /tmp/held/densenet_b16.onnx --fractions 0.4 --out hilp_windows_heldout
 
 Prints a table and writes bench/results/hilp_windows.json.
 """
@@ -20,7 +21,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import write_results  # noqa: E402
+from bench.common import EXPORTS, export_path, write_results  # noqa: E402
 from remat_cli.budget import parse_budget  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
@@ -28,22 +29,21 @@ from remat_cli.schedule import baseline, overhead  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.windows import sweep  # noqa: E402
 
-GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
-NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", default=list(NAMES))
+    ap.add_argument("--only", nargs="*", default=list(EXPORTS))
     ap.add_argument("--fractions", type=float, nargs="*", default=[0.7, 0.5])
     ap.add_argument("--fastsa", type=float, default=60.0, help="fastsa's seconds before the windows")
     ap.add_argument("--windows", type=float, default=20.0, help="the windows' seconds")
     ap.add_argument("--size", type=int, default=40, help="stages per window")
+    ap.add_argument("--out", default="hilp_windows", help="bench/results/OUT.json")
     args = ap.parse_args()
     rows = []
     table = Table("graph", "budget", "fastsa T", "+ windows W", "fastsa T+W", "windows", "windows s")
     for name in args.only:
-        path = GRAPHS / f"{name}.onnx"
+        path = export_path(name)
+        name = path.stem
         g = load_graph(path)
         base = baseline(g)
         for frac in args.fractions:
@@ -77,7 +77,7 @@ def main() -> None:
             )
             Console(stderr=True).print(f"{name} {frac:.0%}: {row}")
     Console(stderr=True).print(table)
-    write_results("hilp_windows", rows, fastsa_seconds=args.fastsa, windows_seconds=args.windows)
+    write_results(args.out, rows, fastsa_seconds=args.fastsa, windows_seconds=args.windows)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import RESULTS, write_results  # noqa: E402
+from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
 
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
@@ -49,7 +49,6 @@ NOTE = (
     "ilp_bound bounds what the H-ILP in fastsa's order at this grain can return (its memory rows are "
     "App. B.3's approximation): no bound on the simulator's schedules nor on other orders"
 )
-NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
 
 
 def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
@@ -104,7 +103,7 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=10_000, help="most compute nodes (default: every operator)")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
-    paths = [ROOT / "graphs" / f"{n}.onnx" for n in NAMES] + args.graphs
+    paths = [export_path(n) for n in EXPORTS] + args.graphs
     out = RESULTS / "hilp_inorder.json"
     rows = json.loads(out.read_text())["rows"] if out.exists() else []
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])

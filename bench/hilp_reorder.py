@@ -40,8 +40,8 @@ from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import Step, baseline, overhead, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.checkmate.decode import S_from_steps, minimal_R, steps_from_S  # noqa: E402
-from remat_cli.solvers.checkmate.model import _stri, _tri, build_model, stages_of  # noqa: E402
-from remat_cli.solvers.hilp.windows import in_order  # noqa: E402
+from remat_cli.solvers.checkmate.model import build_model, stages_of  # noqa: E402
+from remat_cli.solvers.hilp.windows import column_stages, in_order, spans  # noqa: E402
 
 
 def orders(
@@ -96,8 +96,7 @@ def reorder_sweep(
         S0, R0 = minimal_R(st0, S_from_steps(st0, steps))
         T, ids = st0.T, st0.ids
         recomputed = (R0 * st0.cost[None, :]).sum(1) - st0.cost  # per stage
-        step = max(1, size // 2)
-        windows = [(a, min(T, a + size)) for a in range(0, max(1, T - size + step), step)]
+        windows = spans(T, size)
         # the schedule's recomputations in and just after a window are what reordering may save
         windows.sort(key=lambda w: -recomputed[w[0] : w[1] + size].sum())
         for a, b in windows:
@@ -120,15 +119,8 @@ def reorder_sweep(
                 R[np.arange(a, b), np.arange(a, b)] = True
                 S[a + 1 : b] = False
                 cm = build_model(st)
-                M = cm.model
                 x = cm.vector(S, R)
-                stage_r, stage_s, stage_u = (np.full(M.num_vars, -1) for _ in range(3))
-                t, i = np.tril_indices(T)
-                stage_r[cm.R[_tri(t, i)]] = t
-                stage_u[cm.U[_tri(t, i)]] = t
-                stage_u[cm.FREE] = cm.free_t
-                t, i = np.tril_indices(T + 1, -1)
-                stage_s[cm.S[_stri(t[t >= 1], i[t >= 1])]] = t[t >= 1]
+                stage_r, stage_s, stage_u = column_stages(cm)
                 # memory and frees re-planned in the window and in the later stages that
                 # recompute one of its operators (they now run in the new order there)
                 replan = np.zeros(T + 1, dtype=bool)
@@ -140,7 +132,7 @@ def reorder_sweep(
                     | ((stage_u >= 0) & replan[stage_u])
                 )
                 res = milp_solve(
-                    M.restricted(free, x),
+                    cm.model.restricted(free, x),
                     EngineSettings(backend="highs", time_limit=per_window, threads=1, seed=0),
                 )
                 if res.x is None:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import RESULTS, write_results  # noqa: E402
+from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
 
 from remat_cli.cost_bound import cost_lower_bound  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
@@ -40,13 +40,11 @@ from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
-NAMES = ("torch_mlp_train", "torch_unet_train", "torch_transformer_train", "torch_resnet_train")
-
 
 def load_graphs(only: set[str], extra: list[Path]) -> dict[str, Graph]:
     """The shipped graphs and `extra` graph files (ONNX or remat-graph JSON, e.g. `remat generate
     transformer --layers 125 -o transformer_l125.json`; named by their stem), those in `only` if any."""
-    paths = [ROOT / "graphs" / f"{name}.onnx" for name in NAMES] + extra
+    paths = [export_path(name) for name in EXPORTS] + extra
     return {p.stem: load_graph(p) for p in paths if p.exists() and (not only or p.stem in only)}
 
 

@@ -29,7 +29,7 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import Step, simulate
 from remat_cli.solvers.checkmate.decode import hint_vector, steps_from_S
-from remat_cli.solvers.checkmate.model import _stri, _tri, build_model, stages_of
+from remat_cli.solvers.checkmate.model import CheckmateModel, _stri, _tri, build_model, stages_of
 
 #: most stages the whole-graph model is built for (it has O(T²) columns: 1.1 M at 627 stages,
 #: built in 2-3 s); past it the windows are not tried
@@ -59,6 +59,27 @@ def in_order(graph: Graph, seq: list[str]) -> Graph:
     data = graph.model_dump(by_alias=True)
     data["order"] = order
     return Graph.model_validate(data)
+
+
+def column_stages(cm: CheckmateModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stage of every R, of every S and of every U/FREE column of `cm` (-1: a column of
+    another kind), to cut windows of stages by."""
+    T, n = cm.stages.T, cm.model.num_vars
+    stage_r, stage_s, stage_u = np.full(n, -1), np.full(n, -1), np.full(n, -1)
+    t, i = np.tril_indices(T)
+    stage_r[cm.R[_tri(t, i)]] = t
+    stage_u[cm.U[_tri(t, i)]] = t
+    stage_u[cm.FREE] = cm.free_t
+    t, i = np.tril_indices(T + 1, -1)
+    keep = t >= 1
+    stage_s[cm.S[_stri(t[keep], i[keep])]] = t[keep]
+    return stage_r, stage_s, stage_u
+
+
+def spans(T: int, size: int) -> list[tuple[int, int]]:
+    """Windows [a, b) of `size` of T stages, overlapping by half, the last one ending at T."""
+    step = max(1, size // 2)
+    return [(a, min(T, a + size)) for a in range(0, max(1, T - size + step), step)]
 
 
 def sweep(
@@ -99,20 +120,8 @@ def sweep(
             "not tried: the schedule is none of Checkmate's in its order",
         )
     M = cm.model
-    T = st.T
-    # the stage of every R, S and U/FREE column (-1: none), to cut windows by
-    stage_r = np.full(M.num_vars, -1)
-    stage_s = np.full(M.num_vars, -1)
-    stage_u = np.full(M.num_vars, -1)
-    t, i = np.tril_indices(T)
-    stage_r[cm.R[_tri(t, i)]] = t
-    stage_u[cm.U[_tri(t, i)]] = t
-    stage_u[cm.FREE] = cm.free_t
-    t, i = np.tril_indices(T + 1, -1)
-    keep = t >= 1
-    stage_s[cm.S[_stri(t[keep], i[keep])]] = t[keep]
-    step = max(1, size // 2)
-    windows = [(a, min(T, a + size)) for a in range(0, max(1, T - size + step), step)]
+    stage_r, stage_s, stage_u = column_stages(cm)
+    windows = spans(st.T, size)
     rc = M.cost * (stage_r >= 0)  # the recomputation cost of each R column, 0 elsewhere
 
     def recomputed(a: int, b: int) -> float:

@@ -9,13 +9,16 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from remat_cli.budget import parse_budget  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
+from remat_cli.schedule import SimResult, baseline  # noqa: E402
 
 MOCCASIN = Path(
     os.environ.get("REMAT_BENCH_GRAPHS", Path(__file__).resolve().parents[2] / "shared/benchmarks/moccasin")
@@ -58,6 +61,20 @@ def export_path(name: str) -> Path:
     if name.endswith((".onnx", ".json")):
         return Path(name)
     return Path(__file__).resolve().parents[1] / "graphs" / f"{name}.onnx"
+
+
+def export_cells(
+    names: Iterable[str], fractions: Iterable[float]
+) -> Iterator[tuple[str, Graph, SimResult, float, int]]:
+    """(graph name, graph, its baseline, fraction, budget in bytes) for every export of `names`
+    (export_path) at every budget fraction, each graph loaded once."""
+    fractions = list(fractions)
+    for name in names:
+        path = export_path(name)
+        g = load_graph(path)
+        base = baseline(g)
+        for frac in fractions:
+            yield path.stem, g, base, frac, parse_budget(f"{frac * 100:g}%", base.peak_memory)
 
 
 def moccasin_graph(label: str) -> Graph:

@@ -30,14 +30,12 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import EXPORTS, export_path, write_results  # noqa: E402
-from remat_cli.budget import parse_budget  # noqa: E402
+from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.milp import EngineSettings  # noqa: E402
 from remat_cli.milp import solve as milp_solve  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
-from remat_cli.schedule import Step, baseline, overhead, simulate  # noqa: E402
+from remat_cli.schedule import Step, overhead, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.checkmate.decode import S_from_steps, minimal_R, steps_from_S  # noqa: E402
 from remat_cli.solvers.checkmate.model import build_model, stages_of  # noqa: E402
@@ -162,37 +160,30 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     table = Table("graph", "budget", "fastsa", "reordered windows", "orders solved", "infeasible", "seconds")
-    for name in args.only:
-        path = export_path(name)
-        g = load_graph(path)
-        base = baseline(g)
-        for frac in args.fractions:
-            budget = parse_budget(f"{frac * 100:g}%", base.peak_memory)
-            start, _ = run_solver(
-                g, budget, "fastsa", SolveOptions(time_limit=args.fastsa, seed=0, workers=1)
+    for name, g, base, frac, budget in export_cells(args.only, args.fractions):
+        start, _ = run_solver(g, budget, "fastsa", SolveOptions(time_limit=args.fastsa, seed=0, workers=1))
+        row: dict[str, object] = {"graph": name, "fraction": frac, "budget": budget}
+        if start is None:
+            row["fastsa"] = None
+        else:
+            t0 = time.monotonic()
+            out = reorder_sweep(
+                g, budget, start.steps, args.size, args.random, args.window_seconds, args.seconds
             )
-            row: dict[str, object] = {"graph": path.stem, "fraction": frac, "budget": budget}
-            if start is None:
-                row["fastsa"] = None
-            else:
-                t0 = time.monotonic()
-                out = reorder_sweep(
-                    g, budget, start.steps, args.size, args.random, args.window_seconds, args.seconds
-                )
-                row |= {
-                    "fastsa": round(overhead(start.summary.cost, base.cost), 5),
-                    "reordered": round(overhead(float(out.pop("cost")), base.cost), 5),
-                    **out,
-                    "seconds": round(time.monotonic() - t0, 1),
-                }
-            rows.append(row)
-            table.add_row(
-                path.stem,
-                f"{frac:.0%}",
-                *(f"{row[k]:.2%}" if row.get(k) is not None else "none" for k in ("fastsa", "reordered")),
-                *(str(row.get(k, "")) for k in ("orders_solved", "orders_infeasible", "seconds")),
-            )
-            Console(stderr=True).print(f"{path.stem} {frac:.0%}: {row}")
+            row |= {
+                "fastsa": round(overhead(start.summary.cost, base.cost), 5),
+                "reordered": round(overhead(float(out.pop("cost")), base.cost), 5),
+                **out,
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        rows.append(row)
+        table.add_row(
+            name,
+            f"{frac:.0%}",
+            *(f"{row[k]:.2%}" if row.get(k) is not None else "none" for k in ("fastsa", "reordered")),
+            *(str(row.get(k, "")) for k in ("orders_solved", "orders_infeasible", "seconds")),
+        )
+        Console(stderr=True).print(f"{name} {frac:.0%}: {row}")
     Console(stderr=True).print(table)
     write_results(args.out, rows, fastsa_seconds=args.fastsa, size=args.size)
 

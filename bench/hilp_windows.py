@@ -21,11 +21,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import EXPORTS, export_path, write_results  # noqa: E402
-from remat_cli.budget import parse_budget  # noqa: E402
-from remat_cli.importers import load_graph  # noqa: E402
+from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
-from remat_cli.schedule import baseline, overhead  # noqa: E402
+from remat_cli.schedule import overhead  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.windows import sweep  # noqa: E402
 
@@ -41,41 +39,33 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     table = Table("graph", "budget", "fastsa T", "+ windows W", "fastsa T+W", "windows", "windows s")
-    for name in args.only:
-        path = export_path(name)
-        name = path.stem
-        g = load_graph(path)
-        base = baseline(g)
-        for frac in args.fractions:
-            budget = parse_budget(f"{frac * 100:g}%", base.peak_memory)
-            short, _ = run_solver(
-                g, budget, "fastsa", SolveOptions(time_limit=args.fastsa, seed=0, workers=1)
-            )
-            long, _ = run_solver(
-                g, budget, "fastsa", SolveOptions(time_limit=args.fastsa + args.windows, seed=0, workers=1)
-            )
-            row = {"graph": name, "fraction": frac, "budget": budget, "size": args.size}
-            row["fastsa"] = None if short is None else round(overhead(short.summary.cost, base.cost), 5)
-            row["fastsa_longer"] = None if long is None else round(overhead(long.summary.cost, base.cost), 5)
-            row["windows"] = None
-            if short is not None:
-                t0 = time.monotonic()
-                w = sweep(g, budget, short.steps, args.size, args.windows, 0, True)
-                row["windows_seconds"] = round(time.monotonic() - t0, 1)
-                row["windows"] = round(overhead(w.cost, base.cost), 5)
-                row["windows_note"] = w.note
-            rows.append(row)
-            table.add_row(
-                name,
-                f"{frac:.0%}",
-                *(
-                    f"{row[k]:.2%}" if row[k] is not None else "none"
-                    for k in ("fastsa", "windows", "fastsa_longer")
-                ),
-                str(row.get("windows_note", "")),
-                str(row.get("windows_seconds", "")),
-            )
-            Console(stderr=True).print(f"{name} {frac:.0%}: {row}")
+    for name, g, base, frac, budget in export_cells(args.only, args.fractions):
+        short, _ = run_solver(g, budget, "fastsa", SolveOptions(time_limit=args.fastsa, seed=0, workers=1))
+        long, _ = run_solver(
+            g, budget, "fastsa", SolveOptions(time_limit=args.fastsa + args.windows, seed=0, workers=1)
+        )
+        row = {"graph": name, "fraction": frac, "budget": budget, "size": args.size}
+        row["fastsa"] = None if short is None else round(overhead(short.summary.cost, base.cost), 5)
+        row["fastsa_longer"] = None if long is None else round(overhead(long.summary.cost, base.cost), 5)
+        row["windows"] = None
+        if short is not None:
+            t0 = time.monotonic()
+            w = sweep(g, budget, short.steps, args.size, args.windows, 0, True)
+            row["windows_seconds"] = round(time.monotonic() - t0, 1)
+            row["windows"] = round(overhead(w.cost, base.cost), 5)
+            row["windows_note"] = w.note
+        rows.append(row)
+        table.add_row(
+            name,
+            f"{frac:.0%}",
+            *(
+                f"{row[k]:.2%}" if row[k] is not None else "none"
+                for k in ("fastsa", "windows", "fastsa_longer")
+            ),
+            str(row.get("windows_note", "")),
+            str(row.get("windows_seconds", "")),
+        )
+        Console(stderr=True).print(f"{name} {frac:.0%}: {row}")
     Console(stderr=True).print(table)
     write_results(args.out, rows, fastsa_seconds=args.fastsa, windows_seconds=args.windows)
 

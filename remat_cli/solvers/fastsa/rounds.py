@@ -49,6 +49,7 @@ from remat_cli.graph import Graph
 from remat_cli.schedule import Step, simulate
 from remat_cli.solver import SolveOptions, SolverResult
 from remat_cli.solvers.fastsa.chains import Chain, cheapest
+from remat_cli.solvers.fastsa.pins import unpinned
 
 #: seed offset between rounds, clear of the side-by-side chains' seed + 1 .. seed + 63
 SEED_STEP = 1000
@@ -63,6 +64,11 @@ SHORT = 0.25
 WHOLE_AT = 1_500
 #: the least share of a short round that the rest of a time limit runs as one more round
 MIN_PARTIAL = 0.25
+#: the fresh rounds from 3 on run a pinned graph where there is one (pins.py), each candidate
+#: in two rounds: a pinned round ends in the pinned basin about 3 times in 4 (torch_unet_train
+#: at 50%, 10 single rounds of 5 and 18 s, 8 at 3.71%), and rounds 3 and 5 are the first two
+#: after the first whole round and its hinted one
+PIN_FROM, PIN_TRIES = 3, 2
 
 
 def short_round(per_round: int, nodes: int) -> int:
@@ -113,6 +119,7 @@ def run_rounds(
     plan: list[float | None],
     each: float = 0.0,
     whole: float = 0.0,
+    pins: list[tuple[str, Chain]] | None = None,
 ) -> SolverResult:
     """`chain` run once per round of `plan` in sequence, each with a share of the time left in
     proportion to its work, the even ones (0, 2, ...) with the cheapest schedule within budget so
@@ -121,11 +128,15 @@ def run_rounds(
     (its result's ``work_seconds``: the exact peak's kernel is faster than --rate, and a
     converged second stage ends early) leaves the difference to the rounds after it, re-planned
     as rounds of `each` seconds (up to `whole`): deterministic, since it counts iterations, not
-    the clock."""
+    the clock. `pins`: (node, chain on the graph with that node pinned last) for the pinned
+    rounds (the odd ones from ``PIN_FROM``, each pin ``PIN_TRIES`` times; fresh: the hint is not
+    a schedule of the pinned graph), whose schedules are the graph's without the pin
+    (:mod:`.pins`)."""
     best: list[float] = [float("inf")]
 
     def report(steps: list[Step]) -> None:
         # a round's incumbents above the best of the rounds before it are not the solve's
+        steps = unpinned(steps)
         sim = simulate(graph, steps)
         if sim.peak_memory <= budget and sim.cost < best[0]:
             best[0] = sim.cost
@@ -146,16 +157,21 @@ def run_rounds(
         if left is not None:
             ahead = sum(w or 0.0 for w in plan[k:])
             window = left * (work or 0.0) / ahead if ahead > 0 else left / (len(plan) - k)
+        j = (k - PIN_FROM) // 2 // PIN_TRIES
+        pin = pins[j] if pins and k % 2 and k >= PIN_FROM and j < len(pins) else None
         opts = replace(
             options,
             seed=options.seed + SEED_STEP * k,
-            hint=options.hint if k % 2 else hint,  # odd rounds explore (module docstring)
+            hint=None if pin else options.hint if k % 2 else hint,  # odd rounds explore (module docstring)
             time_limit=window,
             nominal_limit=work,
             started=time.monotonic(),
             on_incumbent=report,
         )
-        res = chain(opts)
+        res = (pin[1] if pin else chain)(opts)
+        if pin and res.steps:
+            res.steps = unpinned(res.steps)
+            res.message += f"; {pin[0]} pinned last"
         results.append(res)
         sim = simulate(graph, res.steps) if res.steps else None
         if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:

@@ -1,0 +1,102 @@
+"""Pinned rounds: some fresh rounds anneal the graph with one terminal node pinned last.
+
+A deviation from Imanishi et al. (NeurIPS'23), whose annealing (§2.2) moves one node a step at a
+time. On a training export, a weight gradient reads two large values at once: on
+torch_unet_train, ``convolution_11`` (the gradient of ``merges.0``'s weight) reads
+``permute_5`` (8.4 MB, a transpose of the 8.4 MB concatenation ``cat_1``) and ``permute_6``
+(4.2 MB, a transpose of the gradient ``mul_2``), 12.6 MB of a 24.2 MB budget at 50%. Where the
+topological order puts it, in the middle of the backward pass, everything the rest of the
+backward pass still needs is live beside it, and every round pays 7.87% to make room
+(encoder convolutions recomputed). Run last, when the other gradients are done, it needs only
+``cat_1`` and ``mul_2`` made again (3.71%: 16 rounds of 120 s found the 7.87% basin and never
+this one). No single move of the annealing gets there: moving the node late while its inputs
+stay early holds 12.6 MB for the whole backward pass, far above the budget.
+
+So a pinned round anneals a copy of the graph in which a *terminal* node must run after the
+last operator of the topological order (on a training step the last gradient, which needs most
+of the backward pass): a 0-byte value made by that operator becomes one more input of it, and
+the node with what follows it goes to the end of the order (the start of the annealing). Any schedule of the copy, without the free of that value, is a schedule of the
+graph (same operators, same bytes), so a pinned round's result competes with the others as is.
+
+Terminal nodes: a needed node whose descendants are at most ``TAIL`` operators that only make
+graph outputs or feed each other (a weight gradient and the transposes or reshapes after it),
+with a working set of at least ``MIN_SHARE`` of the budget above the resident bytes. Nodes that
+reach the same graph outputs are one candidate, the one with the largest working set (for
+``convolution_11``: ``permute_5``, which pins the transpose, the convolution and the transpose
+after it). Candidates are tried largest working set first, one per pinned round.
+"""
+
+from __future__ import annotations
+
+from remat_cli.graph import Graph
+from remat_cli.schedule import Step, working_set
+
+#: the 0-byte value that pins a node (never a value id of an imported graph: ids come from the
+#: graph's own names, and the double underscores mark solver-made ids elsewhere too)
+PIN_VALUE = "__fastsa_pin__"
+#: most operators after a terminal node (a weight gradient's transpose and reshape)
+TAIL = 3
+#: a terminal node is pinned only when its working set is at least this share of the budget
+#: above the resident bytes (smaller ones fit beside the rest of the backward pass anyway)
+MIN_SHARE = 0.25
+
+
+def _tail(graph: Graph, node: str) -> set[str] | None:
+    """The needed nodes after `node`, when they are at most TAIL and only make graph outputs
+    or feed each other; None otherwise."""
+    consumers, outputs = graph.consumers, set(graph.outputs)
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        for v in graph.node_map[stack.pop()].outputs:
+            for c in consumers[v]:
+                if c in graph.needed_nodes and c not in seen:
+                    if len(seen) == TAIL:
+                        return None
+                    seen.add(c)
+                    stack.append(c)
+    for n in seen | {node}:
+        for v in graph.node_map[n].outputs:
+            if v not in outputs and not all(c in seen for c in consumers[v] if c in graph.needed_nodes):
+                return None
+    return seen
+
+
+def candidates(graph: Graph, budget: int) -> list[str]:
+    """The terminal nodes worth pinning, largest working set first (module docstring)."""
+    room = budget - graph.resident_bytes
+    best: dict[frozenset[str], tuple[int, int, str]] = {}
+    for rank, n in enumerate(graph.needed_order):
+        tail = _tail(graph, n)
+        if tail is None or len(tail) + 1 == len(graph.needed_order):  # nothing to run it after
+            continue
+        ws = working_set(graph, n)
+        if ws < MIN_SHARE * room:
+            continue
+        reach = frozenset(v for m in tail | {n} for v in graph.node_map[m].outputs if v in graph.outputs)
+        if reach not in best or (ws, -rank) > best[reach][:2]:
+            best[reach] = (ws, -rank, n)
+    return [n for *_, n in sorted(best.values(), reverse=True)]
+
+
+def pinned(graph: Graph, node: str) -> Graph:
+    """A copy of `graph` in which `node` runs after the last other needed operator of the
+    topological order (and so after everything that operator needs)."""
+    tail = _tail(graph, node) or set()
+    moved = {node} | tail
+    last = [n for n in graph.needed_order if n not in moved][-1]
+    data = graph.model_dump(by_alias=True)  # a new graph, validated (no cached lookups copied)
+    for n in data["nodes"]:
+        if n["id"] == last:
+            n["outputs"].append(PIN_VALUE)
+        elif n["id"] == node:
+            n["inputs"].append(PIN_VALUE)
+    data["values"].append({"id": PIN_VALUE, "size": 0})
+    order = graph.topo_order
+    data["order"] = [n for n in order if n not in moved] + [n for n in order if n in moved]
+    return Graph.model_validate(data)
+
+
+def unpinned(steps: list[Step]) -> list[Step]:
+    """A pinned graph's schedule as a schedule of the graph: without the pin value's free."""
+    return [s for s in steps if not (s.op == "free" and s.value == PIN_VALUE)]

@@ -56,6 +56,7 @@ def test_a_pinned_graph_runs_the_node_last_and_its_schedules_are_the_graphs(unet
     assert any(s.value == PIN_VALUE for s in steps)
     on_pinned, on_graph = simulate(p, steps), simulate(g, unpinned(steps))
     assert (on_graph.cost, on_graph.peak_memory) == (on_pinned.cost, on_pinned.peak_memory)
+    assert candidates(p, int(0.5 * baseline(g).peak_memory)) == []  # its value id is taken: no pin twice
 
 
 def _ancestors(g, node: str) -> set[str]:  # noqa: ANN001

@@ -5,8 +5,8 @@ other graph given by path) at each budget fraction.
     python3 bench/fastsa_pins.py [--time-limit 60] [--fractions 0.7,0.6,0.5,0.4] [--seeds 0]
         [--only torch_unet_train ...] [--graphs other.onnx ...] [--out fastsa_pins]
 
-Per cell and seed: overhead and peak fraction of both runs, and which node the winning round
-pinned (none: an unpinned round won). Writes bench/results/<out>.json.
+Per cell and seed: overhead and seconds of both runs, and which node the winning round pinned
+(none: an unpinned round won). Writes bench/results/<out>.json.
 """
 
 from __future__ import annotations
@@ -20,23 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
-from remat_cli.api import load_graph  # noqa: E402
-from remat_cli.budget import parse_budget  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
-from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 PINNED = re.compile(r"; (\S+) pinned last")
-
-
-def cells(args: argparse.Namespace):  # noqa: ANN201 - the generator export_cells is
-    fractions = [float(f) for f in args.fractions.split(",")]
-    yield from export_cells(EXPORTS if args.only is None else args.only, fractions)  # --only alone: none
-    for path in args.graphs:
-        g = load_graph(path)
-        base = baseline(g)
-        for frac in fractions:
-            yield Path(path).stem, g, base, frac, parse_budget(f"{frac * 100:g}%", base.peak_memory)
 
 
 def run(g, budget: int, base_cost: float, seed: int, limit: float, pins: int | None) -> dict:  # noqa: ANN001
@@ -66,7 +53,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     print(f"{'graph':26s} {'budget':>6s} {'seed':>4s} {'--pins 0':>9s} {'shipped':>9s}  winner pinned")
-    for name, g, base, frac, budget in cells(args):
+    names = [*(EXPORTS if args.only is None else args.only), *args.graphs]  # --only alone: no export
+    for name, g, base, frac, budget in export_cells(names, [float(f) for f in args.fractions.split(",")]):
         for seed in (int(s) for s in args.seeds.split(",")):
             off = run(g, budget, base.cost, seed, args.time_limit, 0)
             on = run(g, budget, base.cost, seed, args.time_limit, None)

@@ -66,9 +66,9 @@ def _tail(graph: Graph, node: str) -> set[str] | None:
 
 def candidates(graph: Graph, budget: int) -> list[str]:
     """The terminal nodes worth pinning, largest working set first (module docstring)."""
-    room = budget - graph.resident_bytes
     if PIN_VALUE in graph.value_map:
         return []
+    room = budget - graph.resident_bytes
     best: dict[frozenset[str], tuple[int, int, str]] = {}
     for rank, n in enumerate(graph.needed_order):
         tail = _tail(graph, n)
@@ -86,9 +86,16 @@ def candidates(graph: Graph, budget: int) -> list[str]:
 def pinned(graph: Graph, node: str) -> Graph:
     """A copy of `graph` in which `node` runs after the last other needed operator of the
     topological order (and so after everything that operator needs)."""
-    tail = _tail(graph, node) or set()
-    moved = {node} | tail
-    last = [n for n in graph.needed_order if n not in moved][-1]
+    # `node` and everything after it, needed or not, go to the end of the order (a consumer no
+    # output needs would stay before it: a fuzzed two-output producer)
+    after, stack = {node}, [node]
+    while stack:
+        for v in graph.node_map[stack.pop()].outputs:
+            for c in graph.consumers[v]:
+                if c not in after:
+                    after.add(c)
+                    stack.append(c)
+    last = [n for n in graph.needed_order if n not in after][-1]
     data = graph.model_dump(by_alias=True)  # a new graph, validated (no cached lookups copied)
     for n in data["nodes"]:
         if n["id"] == last:
@@ -96,15 +103,6 @@ def pinned(graph: Graph, node: str) -> Graph:
         elif n["id"] == node:
             n["inputs"].append(PIN_VALUE)
     data["values"].append({"id": PIN_VALUE, "size": 0})
-    # to the end of the order with everything after it, needed or not (a consumer no output
-    # needs stays in the order: a fuzzed two-output producer made it come before the node)
-    after, stack = set(moved), list(moved)
-    while stack:
-        for v in graph.node_map[stack.pop()].outputs:
-            for c in graph.consumers[v]:
-                if c not in after:
-                    after.add(c)
-                    stack.append(c)
     order = graph.topo_order
     data["order"] = [n for n in order if n not in after] + [n for n in order if n in after]
     return Graph.model_validate(data)

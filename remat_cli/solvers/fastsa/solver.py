@@ -223,7 +223,7 @@ class FastSA(Solver):
             int,
             2,
             "terminal nodes to pin: rounds 3 and 5 anneal the graph with the largest terminal node "
-            "(a weight gradient) pinned after every other operator, rounds 7 and 9 with the "
+            "(a weight gradient) pinned after the last gradient, rounds 7 and 9 with the "
             "second (0: none; issue 18: torch_unet_train at 50%, 60 s, 8.27% -> 3.71%)",
             low=0,
             high=2,

@@ -80,6 +80,13 @@ anneal a copy of the graph in which a large terminal node (a weight gradient rea
 values) must run after the last gradient; no single move of the annealing takes such a node
 out of the middle of the backward pass, where the rest of it is live beside it
 (torch_unet_train at 50%: every unpinned round 7.87-8.3%, pinned 3.71%).
+
+Peak repair (a deviation, :mod:`remat_cli.solvers.fastsa.repair`): the first round that ends
+above the budget while nothing fits it yet is repaired at its peak, by moves of many nodes at
+once (a value live across the peak made again, with what it needs, before its next use; an
+operator that only makes graph outputs deferred past the peak), and the hinted rounds after it
+start from the repaired schedule (bert_b8 at 60%: every round of every solver 0.55 MB above the
+budget; repaired and polished, 23.9%).
 """
 
 from remat_cli.solvers.fastsa.problem import CHUNK, Problem, State, expand, group_nodes, original_problem

@@ -50,6 +50,7 @@ from remat_cli.schedule import Step, simulate
 from remat_cli.solver import SolveOptions, SolverResult
 from remat_cli.solvers.fastsa.chains import Chain, cheapest
 from remat_cli.solvers.fastsa.pins import unpinned
+from remat_cli.solvers.fastsa.repair import repair as peak_repair
 
 #: seed offset between rounds, clear of the side-by-side chains' seed + 1 .. seed + 63
 SEED_STEP = 1000
@@ -69,6 +70,8 @@ MIN_PARTIAL = 0.25
 #: at 50%, 10 single rounds of 5 and 18 s, 8 at 3.71%), and rounds 3 and 5 are the first two
 #: after the first whole round and its hinted one
 PIN_FROM, PIN_TRIES = 3, 2
+#: share of the time left that the peak repair of the first round above the budget may take
+REPAIR_SHARE = 0.25
 
 
 def short_round(per_round: int, nodes: int) -> int:
@@ -120,6 +123,7 @@ def run_rounds(
     each: float = 0.0,
     whole: float = 0.0,
     pins: list[tuple[str, Chain]] | None = None,
+    repair: bool = True,
 ) -> SolverResult:
     """`chain` run once per round of `plan` in sequence, each with a share of the time left in
     proportion to its work, the even ones (0, 2, ...) with the cheapest schedule within budget so
@@ -131,7 +135,9 @@ def run_rounds(
     the clock. `pins`: (node, chain on the graph with that node pinned last) for the pinned
     rounds (the odd ones from ``PIN_FROM``, each pin ``PIN_TRIES`` times; fresh: the hint is not
     a schedule of the pinned graph), whose schedules are the graph's without the pin
-    (:mod:`.pins`)."""
+    (:mod:`.pins`). `repair`: the first round that ends above the budget while nothing so far
+    fits it is repaired at its peak (:func:`repaired`), and the hinted rounds after it start
+    from that schedule."""
     best: list[float] = [float("inf")]
 
     def report(steps: list[Step]) -> None:
@@ -147,6 +153,7 @@ def run_rounds(
     hint = options.hint
     hint_sim = None if hint is None else simulate(graph, hint)
     hint_cost = hint_sim.cost if hint_sim is not None and hint_sim.peak_memory <= budget else float("inf")
+    tried, fixed = False, None  # one repair per solve (deterministic); the round it fixed
     k = 0
     while k < len(plan):
         work = plan[k]
@@ -172,6 +179,9 @@ def run_rounds(
         if pin and res.steps:
             res.steps = unpinned(res.steps)
             res.message += f"; {pin[0]} pinned last"
+        if repair and hint_cost == float("inf") and res.steps and not tried:
+            tried = True
+            fixed = k if repaired(res, graph, budget, options) else None
         results.append(res)
         sim = simulate(graph, res.steps) if res.steps else None
         if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:
@@ -184,4 +194,28 @@ def run_rounds(
         k += 1
     if len(results) == 1 and results[0] is not None:
         return results[0]
-    return cheapest(graph, budget, options, results, "rounds in sequence", SEED_STEP)
+    best = cheapest(graph, budget, options, results, "rounds in sequence", SEED_STEP)
+    if fixed is not None and best is not results[fixed]:
+        best.message = (
+            f"{best.message}; round {fixed} was repaired at its peak and hinted the rounds after it"
+        )
+    return best
+
+
+def repaired(res: SolverResult, graph: Graph, budget: int, options: SolveOptions) -> bool:
+    """Whether the peak repair (:mod:`.repair`) brought `res`, a schedule above the budget,
+    within it; `res` then holds the repaired schedule (the hinted rounds after it polish it)."""
+    if not res.steps or simulate(graph, res.steps).peak_memory <= budget:
+        return False
+    left = options.remaining()
+    fixed = peak_repair(
+        graph, res.steps, budget, None if left is None else time.monotonic() + REPAIR_SHARE * left
+    )
+    if fixed is not None:
+        res.steps, res.status, res.best_peak = fixed, "feasible", None
+        res.objective = simulate(graph, fixed).cost
+        res.message = (
+            f"{res.message}; above the budget, repaired at its peak (values made again, outputs deferred)"
+        )
+        options.incumbent(fixed)
+    return fixed is not None

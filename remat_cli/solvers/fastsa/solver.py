@@ -30,7 +30,7 @@ from remat_cli.solvers.fastsa.problem import (
     group_nodes,
     original_problem,
 )
-from remat_cli.solvers.fastsa.rounds import round_plan, run_rounds, short_round
+from remat_cli.solvers.fastsa.rounds import repaired, round_plan, run_rounds, short_round
 from remat_cli.solvers.greedy import evict_in_order
 
 #: slope above the budget of the footnote-2 objective in the stage after a rescue (see solve)
@@ -229,6 +229,14 @@ class FastSA(Solver):
             high=2,
         ),
         Param(
+            "repair",
+            bool,
+            True,
+            "when a round ends above the budget and nothing fits it yet, repair its schedule at the "
+            "peak (values made again just before their next use, output operators deferred; "
+            "repair.py) and start the hinted rounds from it (issue 18: bert_b8 at 60%, 60 s: none -> 23.9%; not with --no-recompute)",
+        ),
+        Param(
             "patience",
             int,
             2_000_000,
@@ -271,16 +279,20 @@ class FastSA(Solver):
         short = short_round(per_round, len(graph.needed_nodes))
         rate = float(p["rate"])
         plan = round_plan(options.work_limit(), rate, per_round, int(p["rounds"]), short)
+        fix = bool(p["repair"]) and not p["no_recompute"]  # the repair makes values again
         if plan == [None] or int(p["rounds"]) == 1:
-            return self._chain(graph, budget, options)
+            res = self._chain(graph, budget, options)
+            if fix:
+                repaired(res, graph, budget, options)
+            return res
         chain = functools.partial(self._chain, graph, budget, greedy={})
         pins = [
             (node, functools.partial(self._chain, pinned(graph, node), budget, greedy={}))
             for node in candidates(graph, budget)[: int(p["pins"])]
         ]
         if int(p["rounds"]) > 0:  # as many as asked, no more
-            return run_rounds(chain, graph, budget, options, plan, pins=pins)
-        return run_rounds(chain, graph, budget, options, plan, short / rate, per_round / rate, pins)
+            return run_rounds(chain, graph, budget, options, plan, pins=pins, repair=fix)
+        return run_rounds(chain, graph, budget, options, plan, short / rate, per_round / rate, pins, fix)
 
     def _chain(
         self, graph: Graph, budget: int, options: SolveOptions, greedy: dict[str, Any] | None = None

@@ -42,37 +42,53 @@ MOVES = 60
 CHAIN = 200
 #: lowest-memory positions after the peak tried for a deferred operator (besides the end)
 SPOTS = 3
+#: instants above the budget tried, highest first, until one has a move that helps
+INSTANTS = 4
 #: a move's added cost is counted at least this share of the schedule's
 COST_EPS = 1e-4
+
+
+class _Ops:
+    """The graph's operators as plain lookups (scoring thousands of sequences reads them often)."""
+
+    def __init__(self, graph: Graph) -> None:
+        values = graph.value_map
+        self.graph = graph
+        self.ins = {n.id: tuple(v for v in n.inputs if not values[v].resident) for n in graph.nodes}
+        self.outs = {n.id: tuple(n.outputs) for n in graph.nodes}
+        self.work = {n.id: n.workspace for n in graph.nodes}
+        self.cost = {n.id: n.cost for n in graph.nodes}
+        self.size = {v.id: v.size for v in graph.values}
+        self.outputs = frozenset(graph.outputs)
 
 
 class _Seq:
     """Memory at each compute instant of an operator sequence, as steps_from_sequence frees."""
 
-    def __init__(self, graph: Graph, seq: list[str]) -> None:
-        self.graph, self.seq = graph, seq
-        nodes, values = graph.node_map, graph.value_map
-        outputs = set(graph.outputs)
+    def __init__(self, ops: _Ops, seq: list[str]) -> None:
+        self.ops, self.seq = ops, seq
         n = len(seq)
         #: value -> [production index, last index live] of each production
         self.lives: dict[str, list[list[int]]] = {}
+        lives = self.lives
         for k, node in enumerate(seq):
-            for v in nodes[node].inputs:
-                if not values[v].resident:
-                    self.lives[v][-1][1] = k
-            for v in nodes[node].outputs:
-                self.lives.setdefault(v, []).append([k, k])
-        diff = np.zeros(n + 1, dtype=np.int64)
-        for v, spans in self.lives.items():
-            if v in outputs:
+            for v in ops.ins[node]:
+                lives[v][-1][1] = k
+            for v in ops.outs[node]:
+                lives.setdefault(v, []).append([k, k])
+        starts, ends, sizes = [], [], []
+        for v, spans in lives.items():
+            if v in ops.outputs:
                 spans[-1][1] = n - 1
-            size = values[v].size
             for a, b in spans:
-                diff[a] += size
-                diff[b + 1] -= size
-        work = np.array([nodes[node].workspace for node in seq], dtype=np.int64)
-        self.mem = graph.resident_bytes + np.cumsum(diff[:n]) + work
-        self.cost = sum(nodes[node].cost for node in seq)
+                starts.append(a)
+                ends.append(b + 1)
+                sizes.append(ops.size[v])
+        # bytes made at each index less bytes freed after the one before (exact in float64 below 2**53)
+        diff = np.bincount(starts, sizes, n + 1) - np.bincount(ends, sizes, n + 1)
+        work = np.fromiter((ops.work[node] for node in seq), dtype=np.int64, count=n)
+        self.mem = ops.graph.resident_bytes + np.rint(np.cumsum(diff[:n])).astype(np.int64) + work
+        self.cost = sum(ops.cost[node] for node in seq)
 
     def over(self, budget: int) -> int:
         return int(np.maximum(self.mem - budget, 0).sum())
@@ -85,7 +101,7 @@ class _Seq:
         """The operators, in order, that make `values` again just before seq[at], each input
         that is not live then made again too (None past CHAIN operators, or when one of them
         may not run twice)."""
-        g = self.graph
+        g = self.ops.graph
         chain: list[str] = []
         seen: set[str] = set()
 
@@ -96,8 +112,8 @@ class _Seq:
             if not g.node_map[node].recomputable:
                 return False
             seen.add(node)
-            for u in g.node_map[node].inputs:
-                if not (g.value_map[u].resident or self.live_at(u, at) or need(u)):
+            for u in self.ops.ins[node]:
+                if not (self.live_at(u, at) or need(u)):
                     return False
             chain.append(node)  # after its inputs' producers: a topological order
             return len(chain) <= CHAIN
@@ -105,11 +121,10 @@ class _Seq:
         return chain if all(need(v) for v in values) else None
 
 
-def _moves(state: _Seq, budget: int) -> list[list[str]]:
-    """The sequences one evict or defer at the instant most above the budget gives."""
-    g, seq = state.graph, state.seq
+def _moves(state: _Seq, p: int) -> list[list[str]]:
+    """The sequences one evict or defer at compute instant `p` gives."""
+    g, seq = state.ops.graph, state.seq
     nodes, values, outputs = g.node_map, g.value_map, set(g.outputs)
-    p = int(np.argmax(state.mem))
     at_peak = set(nodes[seq[p]].inputs) | set(nodes[seq[p]].outputs)
     found: list[list[str]] = []
     for v in sorted(state.lives):
@@ -148,7 +163,8 @@ def repair(
     if graph.devices:  # one memory only: the sequence's memory model has no copies
         return None
     seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
-    state = _Seq(graph, seq)
+    ops = _Ops(graph)
+    state = _Seq(ops, seq)
     for _ in range(MOVES):
         over = state.over(budget)
         if over == 0:
@@ -156,12 +172,15 @@ def repair(
         if deadline is not None and time.monotonic() > deadline:
             return None
         best, key = None, 0.0
-        for cand in _moves(state, budget):
-            s = _Seq(graph, cand)
-            gain = over - s.over(budget)
-            k = gain / (max(s.cost - state.cost, 0.0) + COST_EPS * state.cost) if gain > 0 else 0.0
-            if k > key:
-                best, key = s, k
+        for p in np.argsort(-state.mem, kind="stable")[:INSTANTS]:
+            if state.mem[p] <= budget or best is not None:
+                break
+            for cand in _moves(state, int(p)):
+                s = _Seq(ops, cand)
+                gain = over - s.over(budget)
+                k = gain / (max(s.cost - state.cost, 0.0) + COST_EPS * state.cost) if gain > 0 else 0.0
+                if k > key:
+                    best, key = s, k
         if best is None:
             return None
         state = best

@@ -70,7 +70,8 @@ MIN_PARTIAL = 0.25
 #: at 50%, 10 single rounds of 5 and 18 s, 8 at 3.71%), and rounds 3 and 5 are the first two
 #: after the first whole round and its hinted one
 PIN_FROM, PIN_TRIES = 3, 2
-#: share of the time left that the peak repair of the first round above the budget may take
+#: share of the time left that the peak repair of a round above the budget may take when rounds
+#: follow it (after the last one: all of it)
 REPAIR_SHARE = 0.25
 
 
@@ -181,7 +182,8 @@ def run_rounds(
             res.message += f"; {pin[0]} pinned last"
         if repair and hint_cost == float("inf") and res.steps and not tried:
             tried = True
-            fixed = k if repaired(res, graph, budget, options) else None
+            share = REPAIR_SHARE if k + 1 < len(plan) else 1.0  # the last round leaves it the rest
+            fixed = k if repaired(res, graph, budget, options, share) else None
         results.append(res)
         sim = simulate(graph, res.steps) if res.steps else None
         if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:
@@ -202,15 +204,14 @@ def run_rounds(
     return best
 
 
-def repaired(res: SolverResult, graph: Graph, budget: int, options: SolveOptions) -> bool:
+def repaired(res: SolverResult, graph: Graph, budget: int, options: SolveOptions, share: float = 1.0) -> bool:
     """Whether the peak repair (:mod:`.repair`) brought `res`, a schedule above the budget,
-    within it; `res` then holds the repaired schedule (the hinted rounds after it polish it)."""
+    within it; `res` then holds the repaired schedule (the hinted rounds after it polish it).
+    The repair may take `share` of the time left."""
     if not res.steps or simulate(graph, res.steps).peak_memory <= budget:
         return False
     left = options.remaining()
-    fixed = peak_repair(
-        graph, res.steps, budget, None if left is None else time.monotonic() + REPAIR_SHARE * left
-    )
+    fixed = peak_repair(graph, res.steps, budget, None if left is None else time.monotonic() + share * left)
     if fixed is not None:
         res.steps, res.status, res.best_peak = fixed, "feasible", None
         res.objective = simulate(graph, fixed).cost

@@ -90,3 +90,11 @@ def test_rounds_start_from_the_repaired_schedule() -> None:
         got[fix] = (simulate(DEFER, res.steps or []).peak_memory, res.message or "")
     assert got[False][0] > 12
     assert got[True][0] <= 12 and "repaired at its peak" in got[True][1]
+
+
+def test_a_graph_whose_operators_cost_nothing_is_repaired() -> None:
+    free = Graph.model_validate(
+        EVICT.model_dump() | {"nodes": [n.model_dump() | {"cost": 0} for n in EVICT.nodes]}
+    )
+    fixed = repair(free, steps_from_sequence(free, ["f", "g", "h", "k"]), 9)
+    assert fixed is not None and simulate(free, fixed).peak_memory <= 9

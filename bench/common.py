@@ -3,6 +3,7 @@ results with the exact command that produced them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -75,6 +76,28 @@ def export_cells(
         base = baseline(g)
         for frac in fractions:
             yield path.stem, g, base, frac, parse_budget(f"{frac * 100:g}%", base.peak_memory)
+
+
+def ab_args(doc: str, out: str, fractions: str) -> argparse.Namespace:
+    """The options of a bench that runs one solver two ways on the same cells (fastsa_pins,
+    fastsa_repair): time limit, fractions, seeds, shipped exports (--only), more graph files."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--fractions", default=fractions)
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--only", nargs="*", help="shipped exports by name (default: all four; none given: none)")
+    ap.add_argument("--graphs", nargs="*", default=[], help="more graph files")
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--note", default="")
+    return ap.parse_args()
+
+
+def ab_cells(args: argparse.Namespace) -> Iterator[tuple[str, Graph, SimResult, float, int, int]]:
+    """export_cells of ab_args' graphs and fractions, with each seed: (..., budget, seed)."""
+    names = [*(EXPORTS if args.only is None else args.only), *args.graphs]  # --only alone: no export
+    for name, g, base, frac, budget in export_cells(names, [float(f) for f in args.fractions.split(",")]):
+        for seed in (int(x) for x in args.seeds.split(",")):
+            yield name, g, base, frac, budget, seed
 
 
 def moccasin_graph(label: str) -> Graph:

@@ -11,14 +11,13 @@ whether the shipped run repaired a round. Writes bench/results/<out>.json.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
+from bench.common import ab_args, ab_cells, write_results  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
@@ -37,30 +36,18 @@ def run(g, budget: int, base_cost: float, seed: int, limit: float, repair: bool)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--fractions", default="0.6,0.5,0.4")
-    ap.add_argument("--seeds", default="0")
-    ap.add_argument("--only", nargs="*", help="shipped exports by name (default: all four; none given: none)")
-    ap.add_argument("--graphs", nargs="*", default=[], help="more graph files")
-    ap.add_argument("--out", default="fastsa_repair")
-    ap.add_argument("--note", default="")
-    args = ap.parse_args()
+    args = ab_args(__doc__, "fastsa_repair", "0.6,0.5,0.4")
     rows = []
     print(f"{'graph':26s} {'budget':>6s} {'seed':>4s} {'no repair':>9s} {'shipped':>9s}  repaired")
-    names = [*(EXPORTS if args.only is None else args.only), *args.graphs]  # --only alone: no export
-    for name, g, base, frac, budget in export_cells(names, [float(f) for f in args.fractions.split(",")]):
-        for seed in (int(s) for s in args.seeds.split(",")):
-            off = run(g, budget, base.cost, seed, args.time_limit, False)
-            on = run(g, budget, base.cost, seed, args.time_limit, True)
-            rows.append({"graph": name, "fraction": frac, "seed": seed, "no_repair": off, "repair": on})
+    for name, g, base, frac, budget, seed in ab_cells(args):
+        off = run(g, budget, base.cost, seed, args.time_limit, False)
+        on = run(g, budget, base.cost, seed, args.time_limit, True)
+        rows.append({"graph": name, "fraction": frac, "seed": seed, "no_repair": off, "repair": on})
 
-            def pct(r: dict) -> str:
-                return "none" if r["overhead"] is None else f"{100 * r['overhead']:.2f}%"
+        def pct(r: dict) -> str:
+            return "none" if r["overhead"] is None else f"{100 * r['overhead']:.2f}%"
 
-            print(
-                f"{name:26s} {frac:6.0%} {seed:4d} {pct(off):>9s} {pct(on):>9s}  {on['repaired']}", flush=True
-            )
+        print(f"{name:26s} {frac:6.0%} {seed:4d} {pct(off):>9s} {pct(on):>9s}  {on['repaired']}", flush=True)
     write_results(args.out, rows, time_limit=args.time_limit, note=args.note)
 
 

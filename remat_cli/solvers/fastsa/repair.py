@@ -146,9 +146,7 @@ def _moves(state: _Seq, p: int) -> list[list[str]]:
             continue
         rest = [m for m in seq if m != node]
         shift = len(seq) - len(rest)  # its runs, all before the peak and so before every spot
-        inputs = sorted(
-            (u for u in nodes[node].inputs if not values[u].resident), key=lambda u: -values[u].size
-        )
+        inputs = sorted(state.ops.ins[node], key=lambda u: -values[u].size)
         for q in spots:
             at = q - shift
             for remade in ([], inputs[:1]):

@@ -183,7 +183,8 @@ def run_rounds(
         if repair and hint_cost == float("inf") and res.steps and not tried:
             tried = True
             share = REPAIR_SHARE if k + 1 < len(plan) else 1.0  # the last round leaves it the rest
-            fixed = k if repaired(res, graph, budget, options, share) else None
+            # its incumbent goes through `report`, like the rounds', so a later worse one is not reported
+            fixed = k if repaired(res, graph, budget, replace(options, on_incumbent=report), share) else None
         results.append(res)
         sim = simulate(graph, res.steps) if res.steps else None
         if sim is not None and sim.peak_memory <= budget and sim.cost < hint_cost:

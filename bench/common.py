@@ -78,9 +78,10 @@ def export_cells(
             yield path.stem, g, base, frac, parse_budget(f"{frac * 100:g}%", base.peak_memory)
 
 
-def ab_args(doc: str, out: str, fractions: str) -> argparse.Namespace:
+def ab_args(doc: str, out: str, fractions: str, jobs: bool = False) -> argparse.Namespace:
     """The options of a bench that runs one solver two ways on the same cells (fastsa_pins,
-    fastsa_repair): time limit, fractions, seeds, shipped exports (--only), more graph files."""
+    fastsa_repair, fastsa_reach): time limit, fractions, seeds, shipped exports (--only), more
+    graph files; with ``jobs``, --jobs (cells side by side)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--fractions", default=fractions)
@@ -89,6 +90,8 @@ def ab_args(doc: str, out: str, fractions: str) -> argparse.Namespace:
     ap.add_argument("--graphs", nargs="*", default=[], help="more graph files")
     ap.add_argument("--out", default=out)
     ap.add_argument("--note", default="")
+    if jobs:
+        ap.add_argument("--jobs", type=int, default=1, help="cells run side by side, one process each")
     return ap.parse_args()
 
 

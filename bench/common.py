@@ -78,12 +78,10 @@ def export_cells(
             yield path.stem, g, base, frac, parse_budget(f"{frac * 100:g}%", base.peak_memory)
 
 
-def ab_args(
-    doc: str, out: str, fractions: str, jobs: bool = False, beyond: bool = False
-) -> argparse.Namespace:
+def ab_parser(doc: str, out: str, fractions: str) -> argparse.ArgumentParser:
     """The options of a bench that runs one solver two ways on the same cells (fastsa_pins,
     fastsa_repair, fastsa_reach): time limit, fractions, seeds, shipped exports (--only), more
-    graph files; with ``jobs``, --jobs (cells side by side); with ``beyond``, --beyond (fastsa_reach)."""
+    graph files; a bench adds its own options to it."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--fractions", default=fractions)
@@ -92,13 +90,12 @@ def ab_args(
     ap.add_argument("--graphs", nargs="*", default=[], help="more graph files")
     ap.add_argument("--out", default=out)
     ap.add_argument("--note", default="")
-    if jobs:
-        ap.add_argument("--jobs", type=int, default=1, help="cells run side by side, one process each")
-    if beyond:
-        ap.add_argument(
-            "--beyond", action="store_true", help="also where greedy has none (above the peak bound)"
-        )
-    return ap.parse_args()
+    return ap
+
+
+def ab_args(doc: str, out: str, fractions: str) -> argparse.Namespace:
+    """ab_parser's options, parsed."""
+    return ab_parser(doc, out, fractions).parse_args()
 
 
 def ab_cells(args: argparse.Namespace) -> Iterator[tuple[str, Graph, SimResult, float, int, int]]:

@@ -26,11 +26,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ab_args, ab_cells, export_path, write_results  # noqa: E402
-from remat_cli.budget import parse_budget  # noqa: E402
-from remat_cli.importers import load_graph  # noqa: E402
+from bench.common import ab_cells, ab_parser, export_cells, export_path, write_results  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
-from remat_cli.schedule import baseline, overhead, peak_lower_bound  # noqa: E402
+from remat_cli.schedule import overhead, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 FRACTIONS = "0.7,0.6,0.5,0.45,0.4,0.35,0.3"
@@ -39,9 +37,7 @@ FRACTIONS = "0.7,0.6,0.5,0.45,0.4,0.35,0.3"
 def within(path: str, fraction: float, solver: str, time_limit: float) -> tuple[float | None, float]:
     """`solver`'s overhead at `fraction` of `path`'s baseline peak (None: no schedule within the
     budget) and its seconds; run in a process of its own so that cells can go side by side."""
-    g = load_graph(export_path(path))
-    base = baseline(g)
-    budget = parse_budget(f"{fraction * 100:g}%", base.peak_memory)
+    _, g, base, _, budget = next(export_cells([path], [fraction]))
     t0 = time.monotonic()
     sched, _ = run_solver(g, budget, solver, SolveOptions(time_limit=time_limit, seed=0, workers=1))
     seconds = round(time.monotonic() - t0, 1)
@@ -55,7 +51,10 @@ def fails(greedy: float, fastsa: float | None) -> bool:
 
 
 def main() -> None:
-    args = ab_args(__doc__, "fastsa_reach", FRACTIONS, jobs=True, beyond=True)
+    ap = ab_parser(__doc__, "fastsa_reach", FRACTIONS)
+    ap.add_argument("--jobs", type=int, default=1, help="cells run side by side, one process each")
+    ap.add_argument("--beyond", action="store_true", help="where greedy has none (above the peak bound)")
+    args = ap.parse_args()
     jobs = args.jobs
     cells, reachable = [], set()
     for name, g, _, frac, budget, _ in ab_cells(args):

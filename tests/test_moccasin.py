@@ -201,6 +201,22 @@ def test_time_out_returns_incumbent_with_bound() -> None:
     assert result.objective == pytest.approx(schedule.summary.cost)
 
 
+def test_one_worker_says_when_the_clock_not_its_work_stopped_it() -> None:
+    """With one worker a seed repeats only where CP-SAT stops on its deterministic budget: a run
+    the wall clock cut says so (the H-ILP's flat start drops it), a finished one does not. On a
+    3-layer transformer at 50% CP-SAT runs its deterministic time at about a fifth of the wall
+    clock, so a second's limit is always the clock's."""
+    g = G.transformer(layers=3, seed=0)
+    budget = int(0.5 * baseline(g).peak_memory)
+    _, cut = run_solver(g, budget, "moccasin", SolveOptions(time_limit=1, seed=3, workers=1))
+    assert cut.params.get("clock_stopped") is True
+    small = tiny_graph(5, seed=0)
+    _, done = run_solver(
+        small, baseline(small).peak_memory, "moccasin", SolveOptions(time_limit=30, seed=3, workers=1)
+    )
+    assert done.status == "optimal" and "clock_stopped" not in done.params
+
+
 def test_hint_is_used_and_never_beaten_by_worse() -> None:
     g = G.unet(depth=2, convs=1, seed=3)
     budget = int(0.8 * baseline(g).peak_memory)

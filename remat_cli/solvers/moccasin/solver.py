@@ -268,11 +268,12 @@ class Moccasin(Solver):
             solver = new_solver(options.remaining())
             cb = _Incumbents(m, graph, options, 1, cap, unit)
             status = solver.solve(m.model, cb)
-            clock_cut(solver, status)
             if det_left is not None:
                 det_left -= solver.deterministic_time
             solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
             peak = solver.value(m.m_var) if solved else None
+            if not (solved and peak is not None and peak <= cap):
+                clock_cut(solver, status)  # at a memory-feasible solution its callback stopped it
             if solved and peak is not None and peak <= cap:
                 ivs1 = _read(m, solver.value)
                 # phase 1 ignores the duration: drop the recomputations the budget does not need

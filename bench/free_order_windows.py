@@ -74,7 +74,7 @@ class Model:
     """The MILP of one window B, with its forward window A when given (see the module)."""
 
     def __init__(self, g: Graph, budget: int, seq: list[str], a: tuple[int, int] | None, b: tuple[int, int]):
-        self.g, self.seq, self.a, self.b = g, seq, a, b
+        self.g, self.seq = g, seq
         nm, vm = g.node_map, g.value_map
         self.lives, instants = live_sets(g, seq)
         self.cap = budget - g.resident_bytes

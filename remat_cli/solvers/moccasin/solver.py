@@ -242,13 +242,9 @@ class Moccasin(Solver):
             or finished: where the wall clock stopped it first (its deterministic time runs at
             0.12-0.2 s a second on the 2-core machine), ``clock_stopped`` says so, for a caller
             that must drop a result the clock chose (the H-ILP's flat start)."""
+            finished = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
             cut = solver.deterministic_time < solver.parameters.max_deterministic_time
-            if (
-                deterministic
-                and det_left is not None
-                and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-                and cut
-            ):
+            if deterministic and det_left is not None and not finished and cut:
                 used["clock_stopped"] = True
 
         notes: list[str] = list(helper_notes)
@@ -272,9 +268,10 @@ class Moccasin(Solver):
                 det_left -= solver.deterministic_time
             solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
             peak = solver.value(m.m_var) if solved else None
-            if not (solved and peak is not None and peak <= cap):
+            fits = solved and peak is not None and peak <= cap
+            if not fits:
                 clock_cut(solver, status)  # at a memory-feasible solution its callback stopped it
-            if solved and peak is not None and peak <= cap:
+            if fits:
                 ivs1 = _read(m, solver.value)
                 # phase 1 ignores the duration: drop the recomputations the budget does not need
                 pruned = _repair(m, _sequence_of(ivs1), cap)

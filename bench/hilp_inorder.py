@@ -13,6 +13,14 @@ compute nodes), starts HiGHS from the schedule (``flat_hint``) and records, per 
   the simulator's schedules (the H-ILP's memory rows are App. B.3's approximation), and none
   on other orders (limits.json's ``best_bound`` is that one).
 
+With ``--lns K`` the instance is not solved whole: ``--ilp-time`` goes to a large-neighbourhood
+search over it instead. Each round frees ``K`` compute nodes chosen at random (with a layer's
+partner), over *every* phase: their options, and the presence of every data node they make or
+read; every other binary stays at the incumbent's value. So one round can move keep/recompute
+choices far apart in the schedule at once, which a window of phases cannot. HiGHS solves the
+round (``--round-time``) from the incumbent, and a cheaper solution is kept once the simulator
+confirms it (``lns_rounds``, ``lns_proved``: rounds solved to optimality, ``lns_improved``).
+
 Usage (one core per run; the other may run another cell):
 
     python bench/hilp_inorder.py --only torch_unet_train --fractions 0.5 --ilp-time 600
@@ -23,10 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shlex
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,13 +46,13 @@ from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
 
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
-from remat_cli.milp import EngineSettings  # noqa: E402
+from remat_cli.milp import EngineSettings, LinearModel  # noqa: E402
 from remat_cli.milp import solve as milp_solve  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, simulate, steps_from_sequence  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.context import Ctx  # noqa: E402
-from remat_cli.solvers.hilp.model import build_instance, decode, flatten, hilp_model  # noqa: E402
+from remat_cli.solvers.hilp.model import Instance, build_instance, complete, decode, flatten, hilp_model  # noqa: E402
 from remat_cli.solvers.hilp.units import atomic, compute_nodes, first_ranks, follow  # noqa: E402
 from remat_cli.solvers.hilp.warmstart import flat_hint  # noqa: E402
 
@@ -74,6 +85,11 @@ def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
         x0, _ = flat_hint(inst, model, seq)
         row["ilp_budget_raised_to"] = need + g.resident_bytes
     row.update(compute_nodes=compute_nodes(units), variables=model.num_vars, rows=model.num_constraints)
+    if args.lns:
+        assert x0 is not None
+        row.update(lns(g, budget, inst, model, R, np.asarray(x0, dtype=float), flat.summary.cost, args))
+        row["ilp"] = round(row.pop("lns_cost") / base.cost - 1, 6)
+        return row
     t0 = time.monotonic()
     res = milp_solve(
         model,
@@ -93,6 +109,62 @@ def cell(g: Graph, frac: float, args: argparse.Namespace) -> dict[str, object]:
     return row
 
 
+def lns(
+    g: Graph,
+    budget: int,
+    inst: Instance,
+    model: LinearModel,
+    R: dict[tuple[int, int, int], int],
+    x: np.ndarray,
+    cost: float,
+    args: argparse.Namespace,
+) -> dict[str, object]:
+    """The large-neighbourhood search of ``--lns`` (see the module docstring) from the start `x`
+    of simulated cost `cost`: the cheapest cost and the round counts."""
+    Rm, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
+    owners: dict[int, set[int]] = {v: {k} for (_t, k, _o), v in Rm.items()}
+    for keyed in (P, C):
+        for (_t, d), v in keyed.items():
+            owners[v] = {inst.producer[d], *(k for k, _ in inst.users[d])}
+    for (_t, _k, d), v in D.items():
+        owners[v] = {inst.producer[d], *(k for k, _ in inst.users[d])}
+    for (_t, j, _o), v in Sp.items():
+        owners[v] = set(inst.layer_of[j])
+    partner = {k: b if k == f else f for f, b in inst.layer_of.values() for k in (f, b)}
+    cols = np.array(sorted(owners))
+    x = complete(model, x)
+    lb0, ub0, integer = model.lb, model.ub, model.integer
+    rng = random.Random(0)
+    T = len(inst.items)
+    rounds = proved = improved = 0
+    end = time.monotonic() + args.ilp_time
+    while time.monotonic() < end:
+        rounds += 1
+        free = set(rng.sample(range(T), min(args.lns, T)))
+        free |= {partner[k] for k in list(free) if k in partner}
+        fixed = cols[[not (owners[c] & free) for c in cols]]
+        lb, ub = lb0.copy(), ub0.copy()
+        lb[fixed] = ub[fixed] = np.round(x[fixed])
+        model._lb, model._ub, model._int = [lb], [ub], [integer]  # the round's bounds
+        model._cache.clear()
+        limit = min(args.round_time, max(0.1, end - time.monotonic()))
+        res = milp_solve(model, EngineSettings(backend="highs", time_limit=limit, threads=1, seed=0, hint=x))
+        proved += res.status == "optimal"
+        if res.x is None or model.objective(res.x) >= model.objective(x) - 1e-6:
+            continue
+        sim = simulate(g, steps_from_sequence(g, flatten(inst, decode(inst, res.x, R))[0]))
+        if sim.peak_memory <= budget and sim.cost < cost:
+            improved += 1
+            cost, x = sim.cost, complete(model, np.asarray(res.x, dtype=float))
+    return {
+        "lns_cost": cost,
+        "lns_size": args.lns,
+        "lns_rounds": rounds,
+        "lns_proved": proved,
+        "lns_improved": improved,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
@@ -101,10 +173,15 @@ def main() -> None:
     ap.add_argument("--fastsa-time", type=float, default=120)
     ap.add_argument("--ilp-time", type=float, default=300)
     ap.add_argument("--cap", type=int, default=10_000, help="most compute nodes (default: every operator)")
+    ap.add_argument(
+        "--lns", type=int, default=0, help="compute nodes freed per round of the search (0: solve whole)"
+    )
+    ap.add_argument("--round-time", type=float, default=20, help="seconds per round of --lns")
+    ap.add_argument("--out", default="hilp_inorder", help="results file name under bench/results")
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     paths = [export_path(n) for n in EXPORTS] + args.graphs
-    out = RESULTS / "hilp_inorder.json"
+    out = RESULTS / f"{args.out}.json"
     rows = json.loads(out.read_text())["rows"] if out.exists() else []
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     for p in paths:
@@ -115,7 +192,7 @@ def main() -> None:
             row = {"graph": p.stem, "nodes": len(g.nodes), **cell(g, frac, args), "command": command}
             print(json.dumps(row), flush=True)
             rows = [r for r in rows if (r["graph"], r["fraction"]) != (p.stem, frac)] + [row]
-            write_results("hilp_inorder", rows, note=NOTE)
+            write_results(args.out, rows, note=NOTE)
     print(
         f"{'graph':26} {'budget':>6} {'nodes':>6} {'fastsa':>8} {'H-ILP':>8} {'its bound':>9} {'seconds':>7}"
     )

@@ -544,6 +544,8 @@ def compare(
     for r in rows:
         if "peak_memory" in r:
             r["peak_fraction"] = r["peak_memory"] / base.peak_memory
+        if "lowest_peak" in r:
+            r["lowest_peak_fraction"] = r["lowest_peak"] / base.peak_memory
     least = None
     if bound and not graph.devices:
         cut = compute_bound(graph, budget_bytes, bound_time_limit)
@@ -576,6 +578,17 @@ def compare(
                 str(r["recomputations"]),
                 f"{r['seconds']:.2f}",
             )
+        elif "lowest_peak" in r:
+            # how far off the budget it stayed: the lowest peak its schedules reached
+            t.add_row(
+                r["solver"],
+                r["status"],
+                f"lowest {human_bytes(r['lowest_peak'])}",
+                f"{100 * r['lowest_peak_fraction']:.1f}",
+                "—",
+                "—",
+                f"{r.get('seconds', 0):.2f}",
+            )
         else:
             t.add_row(r["solver"], r["status"], "—", "—", "—", "—", f"{r.get('seconds', 0):.2f}")
     err.print(t)
@@ -587,12 +600,15 @@ def _run_in_process(
     child = solve_in_subprocess(graph_file, budget, name, time_limit, seed, tmp / f"{name}.json")
     s = child.schedule
     if s is None:
-        return {
+        row = {
             "solver": name,
             "status": child.status,
             "message": child.message,
             "seconds": child.wall_seconds,
         }
+        if child.best_peak is not None:
+            row["lowest_peak"] = child.best_peak
+        return row
     return {
         "solver": name,
         "status": s.solver.status,

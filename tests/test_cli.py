@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators
+from remat_cli import generators, load_graph
+from remat_cli.schedule import baseline, peak_lower_bound
 from tests.clirun import remat
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,32 @@ def test_compare_runs_each_solver(graph_file: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert rows[0]["solver"] == "checkpoint-all" and rows[0]["peak_fraction"] == pytest.approx(1.0)
+
+
+def test_compare_says_how_far_off_the_budget_a_solver_stayed(graph_file: Path) -> None:
+    """A row with no schedule within budget still tells how close its solver came: the lowest
+    peak its schedules reached (checkpoint-all keeps every activation of the 6-node chain)."""
+    budget = peak_lower_bound(load_graph(graph_file))
+    proc = remat(
+        "compare",
+        graph_file,
+        "--budget",
+        str(budget),
+        "--solvers",
+        "checkpoint-all,greedy",
+        "--json",
+        "--time-limit",
+        "5",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["solver"]: r for r in json.loads(proc.stdout)}
+    off = rows["checkpoint-all"]
+    assert off["status"] == "infeasible" and off["lowest_peak"] > budget
+    assert off["lowest_peak_fraction"] == pytest.approx(
+        off["lowest_peak"] / baseline(load_graph(graph_file)).peak_memory
+    )
+    assert "lowest_peak" not in rows["greedy"] and rows["greedy"]["peak_memory"] <= budget
+    assert "lowest " in proc.stderr
 
 
 def reader_gone(stream: str, *args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -122,40 +122,39 @@ def lns(
     """The large-neighbourhood search of ``--lns`` (see the module docstring) from the start `x`
     of simulated cost `cost`: the cheapest cost and the round counts."""
     Rm, P, Sp, C, D = model.var_maps  # type: ignore[attr-defined]
+    # the compute nodes each binary belongs to: a data node's are its producer and its users
+    touches = [{inst.producer[d], *(k for k, _ in inst.users[d])} for d in range(len(inst.sizes))]
     owners: dict[int, set[int]] = {v: {k} for (_t, k, _o), v in Rm.items()}
-    for keyed in (P, C):
-        for (_t, d), v in keyed.items():
-            owners[v] = {inst.producer[d], *(k for k, _ in inst.users[d])}
-    for (_t, _k, d), v in D.items():
-        owners[v] = {inst.producer[d], *(k for k, _ in inst.users[d])}
-    for (_t, j, _o), v in Sp.items():
-        owners[v] = set(inst.layer_of[j])
+    owners |= {v: touches[d] for (_t, d), v in (*P.items(), *C.items())}
+    owners |= {v: touches[d] for (_t, _k, d), v in D.items()}
+    owners |= {v: set(inst.layer_of[j]) for (_t, j, _o), v in Sp.items()}
     partner = {k: b if k == f else f for f, b in inst.layer_of.values() for k in (f, b)}
     cols = np.array(sorted(owners))
     x = complete(model, x)
-    lb0, ub0, integer = model.lb, model.ub, model.integer
     rng = random.Random(0)
     T = len(inst.items)
     rounds = proved = improved = 0
     end = time.monotonic() + args.ilp_time
     while time.monotonic() < end:
         rounds += 1
-        free = set(rng.sample(range(T), min(args.lns, T)))
-        free |= {partner[k] for k in list(free) if k in partner}
-        fixed = cols[[not (owners[c] & free) for c in cols]]
-        lb, ub = lb0.copy(), ub0.copy()
-        lb[fixed] = ub[fixed] = np.round(x[fixed])
-        model._lb, model._ub, model._int = [lb], [ub], [integer]  # the round's bounds
-        model._cache.clear()
+        chosen = set(rng.sample(range(T), min(args.lns, T)))
+        chosen |= {partner[k] for k in list(chosen) if k in partner}
+        free = np.ones(model.num_vars, dtype=bool)  # U^t_k (continuous) stay free
+        free[cols] = [bool(owners[c] & chosen) for c in cols]
+        sub = model.restricted(free, x)
         limit = min(args.round_time, max(0.1, end - time.monotonic()))
-        res = milp_solve(model, EngineSettings(backend="highs", time_limit=limit, threads=1, seed=0, hint=x))
+        res = milp_solve(
+            sub, EngineSettings(backend="highs", time_limit=limit, threads=1, seed=0, hint=x[free])
+        )
         proved += res.status == "optimal"
-        if res.x is None or model.objective(res.x) >= model.objective(x) - 1e-6:
+        if res.x is None or float(sub.cost @ res.x) >= float(sub.cost @ x[free]) - 1e-6:
             continue
-        sim = simulate(g, steps_from_sequence(g, flatten(inst, decode(inst, res.x, R))[0]))
+        cand = x.copy()
+        cand[free] = res.x
+        sim = simulate(g, steps_from_sequence(g, flatten(inst, decode(inst, cand, R))[0]))
         if sim.peak_memory <= budget and sim.cost < cost:
             improved += 1
-            cost, x = sim.cost, complete(model, np.asarray(res.x, dtype=float))
+            cost, x = sim.cost, complete(model, cand)
     return {
         "lns_cost": cost,
         "lns_size": args.lns,

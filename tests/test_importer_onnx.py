@@ -374,6 +374,36 @@ def test_training_graph_phases() -> None:
     }
 
 
+def test_grad_of_from_node_metadata() -> None:
+    """``remat.grad_of`` on an ONNX node (remat export-torch writes it) is the backward node's
+    grad_of where it names a forward or loss node; the H-ILP pairs by it. Other values (an
+    unknown node, a backward node, metadata on a forward node) are ignored."""
+    nodes = [
+        oh.make_node("MatMul", ["x", "W"], ["y"], name="fw_mm"),
+        oh.make_node("Mul", ["y", "y"], ["sq"], name="fw_sq"),
+        oh.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0, name="loss_mean"),
+        oh.make_node("Mul", ["y", "scale"], ["dy"], name="bw_dy"),
+        oh.make_node("Transpose", ["x"], ["xt"], name="bw_t"),
+        oh.make_node("MatMul", ["xt", "dy"], ["W_grad"], name="bw_mm"),
+        oh.make_node("Identity", ["W_grad"], ["W_grad2"], name="bw_id"),
+    ]
+    tags = {"fw_sq": "fw_mm", "bw_dy": "fw_sq", "bw_t": "no_such_node", "bw_mm": "fw_mm", "bw_id": "bw_mm"}
+    for n in nodes:
+        if n.name in tags:
+            n.metadata_props.add(key="remat.grad_of", value=tags[n.name])
+    m = make(
+        nodes,
+        [vi("x", [4, 3])],
+        [vi("loss", None), vi("W_grad2", None)],
+        [weight("W", 3, 2), numpy_helper.from_array(np.float32(2 / 8), "scale")],
+    )
+    g = from_onnx_model(m)
+    assert {n.id: n.grad_of for n in g.nodes if n.grad_of} == {"bw_dy": "fw_sq", "bw_mm": "fw_mm"}
+    from remat_cli.solvers.hilp import grad_pairs
+
+    assert grad_pairs(g) == {"bw_dy": "fw_sq", "bw_mm": "fw_mm"}
+
+
 def test_empty_and_duplicate_node_names_get_generated_ids() -> None:
     m = make(
         [

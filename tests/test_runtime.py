@@ -305,6 +305,45 @@ def test_export_torch_command(tmp_path: Path) -> None:
     assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4
 
 
+def test_export_torch_pairs_each_backward_op_with_the_forward_op_it_differentiates(tmp_path: Path) -> None:
+    """autograd's pairing reaches the graph as ``grad_of`` (ONNX node metadata): the op writing a
+    layer's weight gradient differentiates that layer's forward op, whatever the exporter
+    renamed (BatchNorm) or split into several ONNX nodes (MaxPool with indices)."""
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def net():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4, track_running_stats=False),\n"
+        "                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 3))\n"
+        "    return model, (torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2,))), nn.functional.cross_entropy\n"
+    )
+    out = tmp_path / "net.onnx"
+    res = CliRunner().invoke(export_torch_command, [f"{spec}:net", "-o", str(out)])
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the optional extra is not installed (test_export_torch_command)
+        assert res.exit_code == 2
+        return
+    assert res.exit_code == 0, res.output
+    graph = from_onnx_file(out)
+    nodes = graph.node_map
+    pairs = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None}
+    assert all(
+        nodes[b].phase == "backward" and nodes[f].phase in ("forward", "loss") for b, f in pairs.items()
+    )
+
+    def differentiates(grad: str) -> str:
+        return nodes[pairs[graph.producer[grad]]].op or ""
+
+    assert differentiates("grad_0_weight") == "Conv"
+    assert differentiates("grad_1_weight") == "BatchNormalization"
+    assert differentiates("grad_5_weight") in ("Gemm", "MatMul")
+    # the backward of ReLU and of MaxPool: their own forward ops, not a neighbour's
+    assert {nodes[f].op for f in pairs.values()} >= {"Conv", "BatchNormalization", "Relu", "MaxPool", "Gemm"}
+
+
 def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
     other = from_onnx_file(GRAPHS / "torch_unet_train.onnx")
     with pytest.raises(ModelMismatch, match="does not fit"):

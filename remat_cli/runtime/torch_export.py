@@ -15,7 +15,10 @@ builds a sequence for the forward and has no function for the backward), ``_tril
 backward as a mask product — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
 traced under ``sdpa_kernel(SDPBackend.MATH)`` and RNNs with oneDNN off; BatchNorm's running
 statistics are not tracked while tracing (the step uses the batch statistics either way).
-Parameters and data are graph inputs; the loss and every gradient are graph outputs. Local
+Parameters and data are graph inputs; the loss and every gradient are graph outputs. Each
+backward ONNX node names the forward op it differentiates (metadata ``remat.grad_of``, the
+graph's ``grad_of``): autograd numbers the node that each forward op creates, and hooks on those
+nodes stamp the number on the ops traced while they run backward (as aot_autograd does). Local
 functions are inlined and every node gets a unique name (the importer uses ONNX node names as
 node ids). The export is checked against torch autograd on onnxruntime.
 
@@ -29,6 +32,7 @@ import functools
 import math
 import tempfile
 import warnings
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -37,6 +41,7 @@ import numpy as np
 import onnx
 import onnx.inliner
 import torch
+import torch.fx.traceback as fx_traceback
 from torch import nn
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -44,7 +49,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from remat_cli.files import write_atomic
 from remat_cli.importers.notes import Float32Rounding, NotCompared
-from remat_cli.importers.onnx import draws_random
+from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random
 
 aten = torch.ops.aten
 Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]
@@ -437,13 +442,33 @@ def decompositions() -> dict:
 
 
 # ---------------------------------------------------------------- tracing and export
+def _tag_backward(root: torch.autograd.graph.Node | None) -> None:
+    """While autograd runs each node of the graph under `root`, the FX nodes traced get that
+    node's sequence number as ``seq_nr``, the number the forward op that created it has (the
+    hooks aot_autograd sets for the same purpose): backward ops pair with the forward op they
+    differentiate (HiREmate's F_j/B_j, issue 18)."""
+    seen: set[torch.autograd.graph.Node] = set()
+    todo = [root] if root is not None else []
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        todo.extend(fn for fn, _ in node.next_functions if fn is not None)
+        seq = node._sequence_nr()
+        node.register_prehook(lambda _grads, s=seq: fx_traceback.set_grad_fn_seq_nr(s))
+        node.register_hook(lambda _inputs, _outputs: fx_traceback.reset_grad_fn_seq_nr())
+
+
 def training_step(model: nn.Module, loss_fn: Callable) -> tuple[Callable, list[str]]:
     """A function (params..., *xs, y) -> (loss, grads...) with parameters as plain arguments."""
     names = [n for n, _ in model.named_parameters()]
 
     def loss_of(params: dict[str, torch.Tensor], *data: torch.Tensor) -> torch.Tensor:
         *xs, y = data
-        return loss_fn(torch.func.functional_call(model, params, tuple(xs)), y)
+        loss = loss_fn(torch.func.functional_call(model, params, tuple(xs)), y)
+        _tag_backward(loss.grad_fn)
+        return loss
 
     grad_and_value = torch.func.grad_and_value(loss_of)
 
@@ -472,7 +497,11 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     for m in tracked:
         m.track_running_stats = False
     try:
-        with sdpa_kernel(SDPBackend.MATH), torch.backends.mkldnn.flags(enabled=False):
+        with (
+            sdpa_kernel(SDPBackend.MATH),
+            torch.backends.mkldnn.flags(enabled=False),
+            fx_traceback.preserve_node_meta(),
+        ):
             gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, *xs, y)
     finally:
         for m in tracked:
@@ -493,6 +522,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     )
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)
+    _write_grad_of(proto, program, _grad_of(gm))
     proto.graph.name = f"{name}-train"
     try:
         onnx.checker.check_model(proto, full_check=True)
@@ -663,6 +693,81 @@ def _as_float64(proto: onnx.ModelProto) -> onnx.ModelProto:
             elif a.type == AttributeProto.TENSOR:
                 widen(a.t)
     return proto
+
+
+def _grad_of(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
+    """FX node -> the forward FX nodes of the op it differentiates: nodes of one ``seq_nr`` (one
+    aten op's decomposition, then its backward, :func:`_tag_backward`) that the loss does not
+    need pair with those it does, in graph order (the op's output last)."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    loss = out.args[0][0]
+    forward: set[torch.fx.Node] = set()
+    todo = [loss] if isinstance(loss, torch.fx.Node) else []
+    while todo:
+        n = todo.pop()
+        if n not in forward:
+            forward.add(n)
+            todo.extend(n.all_input_nodes)
+    group: dict[int, list[str]] = defaultdict(list)
+    for n in nodes:
+        if n in forward and n.meta.get("seq_nr", -1) >= 0:
+            group[n.meta["seq_nr"]].append(n.name)
+    return {
+        n.name: group[n.meta["seq_nr"]]
+        for n in nodes
+        if n not in forward and n.meta.get("seq_nr", -1) in group
+    }
+
+
+def _source(node: torch.fx.Node) -> str | None:
+    """The traced step's node an exported node comes from (its ``from_node`` provenance, through
+    the exporter's own passes), or None where torch does not record it."""
+    src = (node.meta.get("from_node") or [None])[0]
+    while src is not None and src.from_node:
+        src = src.from_node[0]
+    return src.name if src is not None else None
+
+
+def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, list[str]]) -> None:
+    """Carry `pairs` (names in the traced step) to the ONNX nodes as ``GRAD_OF_KEY`` metadata
+    naming the ONNX node of the forward op (one the loss needs: a forward node to the importer).
+    Each ONNX node records the exported program's node
+    it comes from (``%name : ...`` under ``pkg.torch.onnx.fx_node``), which records the traced
+    node it comes from (the exporter renames some: native_batch_norm becomes
+    _native_batch_norm_legit). The op's output is its last node with an ONNX node (a
+    ``getitem`` of a multi-output op has none), written as that node's last ONNX node."""
+    exported = getattr(program, "exported_program", None)
+    if exported is None:
+        return
+    traced = {n.name: _source(n) for n in exported.graph.nodes}
+    loss_needs = _ancestors(proto.graph, proto.graph.output[0].name)
+    step_of: dict[str, str] = {}  # ONNX node -> traced node
+    onnx_of: dict[str, str] = {}  # traced node -> its last ONNX node the loss needs
+    for node in proto.graph.node:
+        fx = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.fx_node"), "")
+        name = traced.get(fx[1:].split(" ", 1)[0]) if fx.startswith("%") else None
+        if name is not None:
+            step_of[node.name] = name
+            if node.name in loss_needs:
+                onnx_of[name] = node.name
+    for node in proto.graph.node:
+        forward = [onnx_of[f] for f in pairs.get(step_of.get(node.name, ""), []) if f in onnx_of]
+        if forward:
+            node.metadata_props.add(key=GRAD_OF_KEY, value=forward[-1])
+
+
+def _ancestors(graph: onnx.GraphProto, tensor: str) -> set[str]:
+    """The names of the nodes `tensor` needs, its producer included."""
+    producer = {o: n for n in graph.node for o in n.output}
+    seen: set[str] = set()
+    todo = [producer[tensor]] if tensor in producer else []
+    while todo:
+        n = todo.pop()
+        if n.name not in seen:
+            seen.add(n.name)
+            todo.extend(producer[i] for i in n.input if i in producer)
+    return seen
 
 
 def _unique_names(proto: onnx.ModelProto) -> onnx.ModelProto:

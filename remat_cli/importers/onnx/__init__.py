@@ -28,7 +28,9 @@ from pydantic import ValidationError
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers.notes import OpsetUpgraded
 from remat_cli.importers.onnx.builder import (
+    GRAD_OF_KEY,
     _Builder,
+    _grad_of,
     _infer_phases,
     _topological,
     draws_random,
@@ -68,6 +70,7 @@ from remat_cli.importers.onnx.shapes import (
 )
 
 __all__ = [
+    "GRAD_OF_KEY",
     "draws_random",
     "node_reads",
     "COST_MODELS",
@@ -174,8 +177,10 @@ def from_onnx_model(
     values, nodes, outputs, node_infos = builder.build(order)
     phases = _infer_phases(g, ids, nodes, types)
     if phases is not None:
+        grad_of = _grad_of(g, ids, phases)
         for n in nodes:
             n.phase = phases[n.id]
+            n.grad_of = grad_of.get(n.id)
     if cost == "unit":
         for n in nodes:
             n.cost = 1.0

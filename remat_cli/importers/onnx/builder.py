@@ -23,7 +23,10 @@
   named like ``loss`` (else any output named like ``loss``, else the first one-element
   output, else the first output); the node producing it is ``loss``, the nodes the loss
   needs are ``forward``, all others ``backward``. Inference graphs get no phases.
-  ``grad_of`` is not set.
+- **grad_of.** A backward node whose ONNX node carries the metadata ``remat.grad_of`` (written
+  by ``remat export-torch`` from autograd's pairing of each backward op with the forward op it
+  differentiates) gets that node as ``grad_of`` when it names a forward or loss node; other
+  values are ignored (the solvers then pair from the dataflow).
 - **Control flow.** If, Loop and Scan are single nodes: their bodies' temporaries are not
   counted and their ``flops`` cost is the elements they write.
 - **Recomputable.** False for random ops (RandomNormal[Like], RandomUniform[Like],
@@ -43,6 +46,9 @@ from onnx import GraphProto, NodeProto
 from remat_cli.graph import GraphError, Node, Phase, Value
 from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, RANDOM_OPS, VIEW_OPS, _subgraphs
 from remat_cli.importers.onnx.shapes import _shape_of, _TensorType, dtype_name, tensor_bytes
+
+#: ONNX node metadata naming the forward node a backward node differentiates (``grad_of``)
+GRAD_OF_KEY = "remat.grad_of"
 
 
 def onnx_node_ids(graph: GraphProto) -> list[str]:
@@ -312,3 +318,13 @@ def _infer_phases(
     for n in nodes:
         phases[n.id] = "loss" if n.id == producer[loss] else "forward" if n.id in forward else "backward"
     return phases
+
+
+def _grad_of(g: GraphProto, ids: Sequence[str], phases: Mapping[str, Phase]) -> dict[str, str]:
+    """Backward node -> the forward (or loss) node its ``remat.grad_of`` metadata names."""
+    out: dict[str, str] = {}
+    for nid, n in zip(ids, g.node, strict=True):
+        target = next((p.value for p in n.metadata_props if p.key == GRAD_OF_KEY), None)
+        if target is not None and phases.get(nid) == "backward" and phases.get(target) in ("forward", "loss"):
+            out[nid] = target
+    return out

@@ -11,8 +11,10 @@ How the pieces fit:
   unit is one operator. On training graphs (nodes carry ``phase`` and ``grad_of``) a
   subgraph of forward operators and the backward operators that differentiate them form a
   *layer* (App. B.1.1): compute nodes F_j and B_j sharing their options, with a *phantom node*
-  holding what option o keeps between F_j and B_j. Where ``grad_of`` is missing (ONNX training
-  graphs carry ``phase`` only) the pairing comes from the dataflow (:func:`structural_pairs`),
+  holding what option o keeps between F_j and B_j. ONNX exports of ``remat export-torch`` carry
+  ``grad_of`` from autograd (node metadata ``remat.grad_of``); where it is missing (other
+  exporters' ONNX training graphs carry ``phase`` only) the pairing comes from the dataflow
+  (:func:`structural_pairs`),
   and a forward operator with several backward operators is a level-0 layer solved for its
   own options. Elsewhere (inference graphs, networkx data without phases) a subgraph is one
   plain compute node with options (§3.2.2).

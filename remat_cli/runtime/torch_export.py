@@ -696,9 +696,9 @@ def _as_float64(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _grad_of(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
-    """FX node -> the forward FX nodes of the op it differentiates: nodes of one ``seq_nr`` (one
-    aten op's decomposition, then its backward, :func:`_tag_backward`) that the loss does not
-    need pair with those it does, in graph order (the op's output last)."""
+    """FX node -> the forward FX nodes of its op, in graph order (the op's output last): one
+    ``seq_nr`` numbers an aten op's decomposition and its backward (:func:`_tag_backward`); the
+    forward nodes are those the loss needs."""
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     out = next(n for n in gm.graph.nodes if n.op == "output")
     loss = out.args[0][0]
@@ -713,11 +713,7 @@ def _grad_of(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
     for n in nodes:
         if n in forward and n.meta.get("seq_nr", -1) >= 0:
             group[n.meta["seq_nr"]].append(n.name)
-    return {
-        n.name: group[n.meta["seq_nr"]]
-        for n in nodes
-        if n not in forward and n.meta.get("seq_nr", -1) in group
-    }
+    return {n.name: group[n.meta["seq_nr"]] for n in nodes if n.meta.get("seq_nr", -1) in group}
 
 
 def _source(node: torch.fx.Node) -> str | None:
@@ -730,13 +726,15 @@ def _source(node: torch.fx.Node) -> str | None:
 
 
 def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, list[str]]) -> None:
-    """Carry `pairs` (names in the traced step) to the ONNX nodes as ``GRAD_OF_KEY`` metadata
-    naming the ONNX node of the forward op (one the loss needs: a forward node to the importer).
-    Each ONNX node records the exported program's node
-    it comes from (``%name : ...`` under ``pkg.torch.onnx.fx_node``), which records the traced
-    node it comes from (the exporter renames some: native_batch_norm becomes
-    _native_batch_norm_legit). The op's output is its last node with an ONNX node (a
-    ``getitem`` of a multi-output op has none), written as that node's last ONNX node."""
+    """Carry `pairs` (names in the traced step) to the ONNX nodes the loss does not need (the
+    importer's backward nodes) as ``GRAD_OF_KEY`` metadata naming the ONNX node of their op's
+    forward output: backward ops, and parts of a forward op that only the backward reads
+    (BatchNorm's inverse deviation, MaxPool's indices), which then belong to its layer.
+    Each ONNX node records the exported program's node it comes from (``%name : ...`` under
+    ``pkg.torch.onnx.fx_node``), which records the traced node it comes from (the exporter
+    renames some: native_batch_norm becomes _native_batch_norm_legit). The op's output is its
+    last node with an ONNX node the loss needs (a ``getitem`` of a multi-output op has none),
+    written as that node's last such ONNX node."""
     exported = getattr(program, "exported_program", None)
     if exported is None:
         return
@@ -752,6 +750,8 @@ def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, lis
             if node.name in loss_needs:
                 onnx_of[name] = node.name
     for node in proto.graph.node:
+        if node.name in loss_needs:
+            continue
         forward = [onnx_of[f] for f in pairs.get(step_of.get(node.name, ""), []) if f in onnx_of]
         if forward:
             node.metadata_props.add(key=GRAD_OF_KEY, value=forward[-1])

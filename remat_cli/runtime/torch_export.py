@@ -718,11 +718,13 @@ def _grad_of(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
 
 def _source(node: torch.fx.Node) -> str | None:
     """The traced step's node an exported node comes from (its ``from_node`` provenance, through
-    the exporter's own passes), or None where torch does not record it."""
+    the exporter's own passes), or None where torch does not record it (older releases wrote
+    entries without that chain: no node is tagged then, and hilp pairs from the dataflow)."""
     src = (node.meta.get("from_node") or [None])[0]
-    while src is not None and src.from_node:
+    while getattr(src, "from_node", None):
         src = src.from_node[0]
-    return src.name if src is not None else None
+    name = getattr(src, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, list[str]]) -> None:

@@ -347,22 +347,27 @@ def test_profile_cost_is_positive_seconds() -> None:
     assert g.node_map["const"].op == "Constant" and g.value_map["k"].role == "intermediate"
 
 
-def test_training_graph_phases() -> None:
-    # loss = mean((x W)^2); W_grad = x^T (2 (x W) / numel)
-    m = make(
-        [
-            oh.make_node("MatMul", ["x", "W"], ["y"], name="fw_mm"),
-            oh.make_node("Mul", ["y", "y"], ["sq"], name="fw_sq"),
-            oh.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0, name="loss_mean"),
-            oh.make_node("Mul", ["y", "scale"], ["dy"], name="bw_dy"),
-            oh.make_node("Transpose", ["x"], ["xt"], name="bw_t"),
-            oh.make_node("MatMul", ["xt", "dy"], ["W_grad"], name="bw_mm"),
-        ],
+def training_step(*more: onnx.NodeProto, grad: str = "W_grad") -> onnx.ModelProto:
+    """loss = mean((x W)^2); W_grad = x^T (2 (x W) / numel); `more` nodes after, `grad` output."""
+    nodes = [
+        oh.make_node("MatMul", ["x", "W"], ["y"], name="fw_mm"),
+        oh.make_node("Mul", ["y", "y"], ["sq"], name="fw_sq"),
+        oh.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0, name="loss_mean"),
+        oh.make_node("Mul", ["y", "scale"], ["dy"], name="bw_dy"),
+        oh.make_node("Transpose", ["x"], ["xt"], name="bw_t"),
+        oh.make_node("MatMul", ["xt", "dy"], ["W_grad"], name="bw_mm"),
+        *more,
+    ]
+    return make(
+        nodes,
         [vi("x", [4, 3])],
-        [vi("loss", None), vi("W_grad", None)],
+        [vi("loss", None), vi(grad, None)],
         [weight("W", 3, 2), numpy_helper.from_array(np.float32(2 / 8), "scale")],
     )
-    g = from_onnx_model(m)
+
+
+def test_training_graph_phases() -> None:
+    g = from_onnx_model(training_step())
     phase = {n.id: n.phase for n in g.nodes}
     assert phase == {
         "fw_mm": "forward",
@@ -378,25 +383,11 @@ def test_grad_of_from_node_metadata() -> None:
     """``remat.grad_of`` on an ONNX node (remat export-torch writes it) is the backward node's
     grad_of where it names a forward or loss node; the H-ILP pairs by it. Other values (an
     unknown node, a backward node, metadata on a forward node) are ignored."""
-    nodes = [
-        oh.make_node("MatMul", ["x", "W"], ["y"], name="fw_mm"),
-        oh.make_node("Mul", ["y", "y"], ["sq"], name="fw_sq"),
-        oh.make_node("ReduceMean", ["sq"], ["loss"], keepdims=0, name="loss_mean"),
-        oh.make_node("Mul", ["y", "scale"], ["dy"], name="bw_dy"),
-        oh.make_node("Transpose", ["x"], ["xt"], name="bw_t"),
-        oh.make_node("MatMul", ["xt", "dy"], ["W_grad"], name="bw_mm"),
-        oh.make_node("Identity", ["W_grad"], ["W_grad2"], name="bw_id"),
-    ]
+    m = training_step(oh.make_node("Identity", ["W_grad"], ["W_grad2"], name="bw_id"), grad="W_grad2")
     tags = {"fw_sq": "fw_mm", "bw_dy": "fw_sq", "bw_t": "no_such_node", "bw_mm": "fw_mm", "bw_id": "bw_mm"}
-    for n in nodes:
+    for n in m.graph.node:
         if n.name in tags:
             n.metadata_props.add(key="remat.grad_of", value=tags[n.name])
-    m = make(
-        nodes,
-        [vi("x", [4, 3])],
-        [vi("loss", None), vi("W_grad2", None)],
-        [weight("W", 3, 2), numpy_helper.from_array(np.float32(2 / 8), "scale")],
-    )
     g = from_onnx_model(m)
     assert {n.id: n.grad_of for n in g.nodes if n.grad_of} == {"bw_dy": "fw_sq", "bw_mm": "fw_mm"}
     from remat_cli.solvers.hilp import grad_pairs

@@ -282,25 +282,36 @@ def test_cli_command_prints_json(mlp: Graph, tmp_path: Path) -> None:
         assert bad.exit_code == 2 and "onnxruntime-gpu" in bad.output
 
 
-def test_export_torch_command(tmp_path: Path) -> None:
+def exported(tmp_path: Path, model: str, batch: str) -> Graph | None:
+    """`remat export-torch` of ``nn.Sequential(model)`` on `batch` with cross-entropy, imported;
+    None where the extra is not installed (after checking its clear one-line error)."""
     spec = tmp_path / "spec.py"
     spec.write_text(
         "import torch\n"
         "from torch import nn\n"
-        "def tiny():\n"
+        "def net():\n"
         "    torch.manual_seed(0)\n"
-        "    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))\n"
-        "    return model, (torch.randn(32, 8), torch.randint(0, 3, (32,))), nn.functional.cross_entropy\n"
+        f"    return nn.Sequential({model}), ({batch}), nn.functional.cross_entropy\n"
     )
-    out = tmp_path / "tiny.onnx"
-    res = CliRunner().invoke(export_torch_command, [f"{spec}:tiny", "-o", str(out)])
+    out = tmp_path / "net.onnx"
+    res = CliRunner().invoke(export_torch_command, [f"{spec}:net", "-o", str(out)])
     try:
         import torch  # noqa: F401
-    except ImportError:  # the optional extra is not installed: a clear one-line error
+    except ImportError:
         assert res.exit_code == 2 and "remat-cli[torch]" in res.output
-        return
+        return None
     assert res.exit_code == 0, res.output
-    graph = from_onnx_file(out)
+    return from_onnx_file(out)
+
+
+def test_export_torch_command(tmp_path: Path) -> None:
+    graph = exported(
+        tmp_path,
+        "nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)",
+        "torch.randn(32, 8), torch.randint(0, 3, (32,))",
+    )
+    if graph is None:
+        return
     assert {n.phase for n in graph.nodes} >= {"forward", "loss", "backward"}
     assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4
 
@@ -309,25 +320,14 @@ def test_export_torch_pairs_each_backward_op_with_the_forward_op_it_differentiat
     """autograd's pairing reaches the graph as ``grad_of`` (ONNX node metadata): the op writing a
     layer's weight gradient differentiates that layer's forward op, whatever the exporter
     renamed (BatchNorm) or split into several ONNX nodes (MaxPool with indices)."""
-    spec = tmp_path / "spec.py"
-    spec.write_text(
-        "import torch\n"
-        "from torch import nn\n"
-        "def net():\n"
-        "    torch.manual_seed(0)\n"
-        "    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4, track_running_stats=False),\n"
-        "                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 3))\n"
-        "    return model, (torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2,))), nn.functional.cross_entropy\n"
+    graph = exported(
+        tmp_path,
+        "nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4, track_running_stats=False), nn.ReLU(), "
+        "nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 3)",
+        "torch.randn(2, 3, 8, 8), torch.randint(0, 3, (2,))",
     )
-    out = tmp_path / "net.onnx"
-    res = CliRunner().invoke(export_torch_command, [f"{spec}:net", "-o", str(out)])
-    try:
-        import torch  # noqa: F401
-    except ImportError:  # the optional extra is not installed (test_export_torch_command)
-        assert res.exit_code == 2
+    if graph is None:
         return
-    assert res.exit_code == 0, res.output
-    graph = from_onnx_file(out)
     nodes = graph.node_map
     pairs = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None}
     assert all(

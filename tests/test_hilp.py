@@ -300,6 +300,44 @@ def test_structural_pairs_on_an_onnx_training_graph() -> None:
                 assert pos[pairs[n.id]] <= pos[pairs[p]]
 
 
+def with_gradient_sums(g: Graph) -> Graph:
+    """`g` with each gradient that sums several uses made by a node of its own without
+    ``grad_of`` (as autograd's engine adds them, outside any op's backward)."""
+    data = g.model_dump(exclude_none=True)
+    nodes, values = data["nodes"], data["values"]
+    size = {v["id"]: v["size"] for v in values}
+    for n in [n for n in nodes if n.get("phase") == "backward"]:
+        grads = [v for v in n["inputs"] if v.startswith("d")]
+        if len(grads) > 1:
+            total = f"sum_{n['id']}"
+            values.append({"id": total, "size": size[grads[0]]})
+            nodes.insert(
+                nodes.index(n), {"id": total, "inputs": grads, "outputs": [total], "phase": "backward"}
+            )
+            n["inputs"] = [total] + [v for v in n["inputs"] if v not in grads]
+    return Graph.model_validate(data)
+
+
+def test_backward_nodes_without_grad_of_join_a_layer() -> None:
+    """A gradient sum with no ``grad_of`` (export-torch's graphs: autograd runs it outside any
+    op's backward) joins the layer it feeds. Left a unit of its own, it sat between two
+    operators of a grouped layer's B_j, the top's quotient had a cycle and hilp dropped the
+    layers (exported transformer at 70%: no schedule, 17.7% with structural pairs)."""
+    from remat_cli.solvers.hilp import grad_pairs
+
+    g = with_gradient_sums(G.transformer(2))
+    sums = [n.id for n in g.nodes if n.id.startswith("sum_")]
+    assert sums and all(g.node_map[s].grad_of is None for s in sums)
+    pairs = grad_pairs(g)
+    assert {n.id for n in g.nodes if n.phase == "backward"} == set(pairs)
+    p = HILP().defaults() | {"max_top": 4, "flat_start": ""}
+    s = _Solve(g, baseline(g).peak_memory, SolveOptions(time_limit=30, workers=1), p)
+    ctx = Ctx(g, s.training())
+    units = s.hierarchy(ctx)
+    assert any(u.layer and len(u.fwd) > 1 for u in units)
+    build_instance(ctx, units, with_loss=False)  # raised on the cycle
+
+
 def test_onnx_training_graph_gets_a_schedule() -> None:
     """Where the hierarchy's grouping rules every schedule out, the whole-graph fallback still
     returns one (mlp_train at 70%: greedy and fastsa both reach it)."""

@@ -382,7 +382,8 @@ def test_training_graph_phases() -> None:
 def test_grad_of_from_node_metadata() -> None:
     """``remat.grad_of`` on an ONNX node (remat export-torch writes it) is the backward node's
     grad_of where it names a forward or loss node; the H-ILP pairs by it. Other values (an
-    unknown node, a backward node, metadata on a forward node) are ignored."""
+    unknown node, a backward node, metadata on a forward node) are ignored, and the H-ILP pairs
+    those backward nodes with the layer they feed (bw_t) or, feeding only outputs, read (bw_id)."""
     m = training_step(oh.make_node("Identity", ["W_grad"], ["W_grad2"], name="bw_id"), grad="W_grad2")
     tags = {"fw_sq": "fw_mm", "bw_dy": "fw_sq", "bw_t": "no_such_node", "bw_mm": "fw_mm", "bw_id": "bw_mm"}
     for n in m.graph.node:
@@ -392,7 +393,7 @@ def test_grad_of_from_node_metadata() -> None:
     assert {n.id: n.grad_of for n in g.nodes if n.grad_of} == {"bw_dy": "fw_sq", "bw_mm": "fw_mm"}
     from remat_cli.solvers.hilp import grad_pairs
 
-    assert grad_pairs(g) == {"bw_dy": "fw_sq", "bw_mm": "fw_mm"}
+    assert grad_pairs(g) == {"bw_dy": "fw_sq", "bw_mm": "fw_mm", "bw_t": "fw_mm", "bw_id": "fw_mm"}
 
 
 def test_empty_and_duplicate_node_names_get_generated_ids() -> None:

@@ -55,7 +55,7 @@ def grad_pairs(graph: Graph) -> dict[str, str]:
     training graphs: ``phase`` but neither) :func:`structural_pairs`."""
     out = {n.id: n.grad_of for n in graph.nodes if n.grad_of is not None and n.phase != "forward"}
     if out:
-        return out
+        return _joined(graph, out)
     by_op: dict[str, list[str]] = defaultdict(list)
     for n in graph.nodes:
         if n.phase == "forward" and n.op:
@@ -68,6 +68,31 @@ def grad_pairs(graph: Graph) -> dict[str, str]:
     if out:
         return out
     return structural_pairs(graph)
+
+
+def _joined(graph: Graph, pairs: dict[str, str]) -> dict[str, str]:
+    """`pairs` (the graph's ``grad_of``) with the backward nodes it leaves out paired too: a
+    node autograd runs outside any op's backward (the sum of a gradient from several uses) joins
+    the layer of the backward node it feeds, the deepest one (as :func:`structural_pairs` does);
+    one feeding only graph outputs, the shallowest layer it reads from. Left out, such a node is
+    a unit of its own between two operators of one layer's B_j (a transformer block's grouped
+    layer: the H-ILP's F -> loss -> B quotient then has a cycle, and hilp falls back to plain
+    subgraphs)."""
+    order = graph.topo_order
+    pos = {n: i for i, n in enumerate(order)}
+    nodes = graph.node_map
+    out = dict(pairs)
+    free = [n for n in order if nodes[n].phase == "backward" and n not in out]
+    for b in reversed(free):
+        fed = [out[c] for v in nodes[b].outputs for c in graph.consumers.get(v, ()) if c in out]
+        if fed:
+            out[b] = max(fed, key=pos.__getitem__)
+    for b in free:
+        if b not in out:
+            read = [out[p] for v in nodes[b].inputs if (p := graph.producer.get(v)) in out]
+            if read:
+                out[b] = min(read, key=pos.__getitem__)
+    return out
 
 
 def structural_pairs(graph: Graph) -> dict[str, str]:

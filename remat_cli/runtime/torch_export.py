@@ -49,7 +49,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from remat_cli.files import write_atomic
 from remat_cli.importers.notes import Float32Rounding, NotCompared
-from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random
+from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random, node_reads
 
 aten = torch.ops.aten
 Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]
@@ -522,7 +522,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     )
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)
-    _write_grad_of(proto, program, _grad_of(gm))
+    _write_grad_of(proto, program, _op_groups(gm))
     proto.graph.name = f"{name}-train"
     try:
         onnx.checker.check_model(proto, full_check=True)
@@ -695,7 +695,7 @@ def _as_float64(proto: onnx.ModelProto) -> onnx.ModelProto:
     return proto
 
 
-def _grad_of(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
+def _op_groups(gm: torch.fx.GraphModule) -> dict[str, list[str]]:
     """FX node -> the forward FX nodes of its op, in graph order (the op's output last): one
     ``seq_nr`` numbers an aten op's decomposition and its backward (:func:`_tag_backward`); the
     forward nodes are those the loss needs."""
@@ -760,7 +760,9 @@ def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, lis
 
 
 def _ancestors(graph: onnx.GraphProto, tensor: str) -> set[str]:
-    """The names of the nodes `tensor` needs, its producer included."""
+    """The names of the nodes `tensor` needs, its producer included, read as the importer reads
+    them (:func:`node_reads`: subgraphs' outer-scope tensors too), so that these are the nodes
+    its phases call forward."""
     producer = {o: n for n in graph.node for o in n.output}
     seen: set[str] = set()
     todo = [producer[tensor]] if tensor in producer else []
@@ -768,7 +770,7 @@ def _ancestors(graph: onnx.GraphProto, tensor: str) -> set[str]:
         n = todo.pop()
         if n.name not in seen:
             seen.add(n.name)
-            todo.extend(producer[i] for i in n.input if i in producer)
+            todo.extend(producer[i] for i in node_reads(n) if i in producer)
     return seen
 
 

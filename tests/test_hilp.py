@@ -144,6 +144,27 @@ def test_hierarchical_not_below_flat_optimum(fraction: float) -> None:
     assert sched.summary.cost >= opt - 1e-6
 
 
+def test_cpsat_solves_the_integral_h_ilp_to_the_highs_optimum() -> None:
+    """--backend cpsat: the H-ILP's memory after each node (U^t_k) is continuous and free, which
+    CP-SAT refuses, so the engine fell back to HiGHS while hilp's message said "on cpsat". Made
+    integer and bounded (``integral``) the model is CP-SAT's, with the same optimum."""
+    g = G.linear(6, seed=3)
+    budget = int(0.7 * baseline(g).peak_memory) - g.resident_bytes
+    ctx = Ctx(g, False)
+    inst = build_instance(ctx, [atomic(ctx, n) for n in g.topo_order if n in ctx.needed], False)
+    plain, _ = hilp_model(inst, budget)
+    assert plain.integral() is not None  # continuous U^t_k
+    model, R = hilp_model(inst, budget, integral=True)
+    assert model.integral() is None
+    highs = milp_solve(plain, EngineSettings(backend="highs", time_limit=60))
+    cpsat = milp_solve(model, EngineSettings(backend="cpsat", time_limit=60))
+    assert cpsat.backend == "cpsat" and highs.status == cpsat.status == "optimal"
+    assert cpsat.objective == pytest.approx(highs.objective, rel=1e-6)
+    assert cpsat.x is not None
+    fwd, _ = flatten(inst, decode(inst, cpsat.x, R))
+    assert simulate(g, steps_from_sequence(g, fwd)).peak_memory <= budget + g.resident_bytes
+
+
 def test_layer_option_metrics() -> None:
     g = G.linear(4, seed=0, size=1000)
     ctx = Ctx(g, True)

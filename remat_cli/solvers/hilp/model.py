@@ -261,6 +261,7 @@ def hilp_model(
     corrections: bool = False,
     kept_budget: int | None = None,
     deadline: float | None = None,
+    integral: bool = False,
 ) -> tuple[LinearModel, dict[tuple[int, int, int], int]]:
     """The H-ILP of App. B.2-B.3 for `inst` under `budget` (bytes, scaled by their gcd).
 
@@ -271,6 +272,10 @@ def hilp_model(
     Variables (all binary): R^t_{k,o}, P^t_d, Sp^t_{j,o}, C^t_d, D^t_{k,d}. Every data node here
     has one producer, so S^t_{k,d} coincides with P^t_d (with a single contribution, "d holds
     k's contribution" and "d is in memory" are the same event) and is not duplicated.
+    The memory after each node, U^t_k, is continuous and free; with ``integral`` (CP-SAT takes
+    integer variables with finite bounds only) it is an integer between minus and plus the sum
+    of its defining terms' magnitudes: every coefficient is a scaled byte count, so U^t_k is an
+    integer wherever the binaries are, and the model's solutions are the same.
     Returns the model and the column of each R^t_{k,o} keyed (t, k, o). OutOfTime once the
     wall clock passes `deadline` (epoch seconds)."""
 
@@ -352,7 +357,6 @@ def hilp_model(
             U[(t, k)] = n_bin + len(U)
     m = LinearModel("hilp")
     m.add_vars(n_bin, lb=0.0, ub=1.0, integer=True, cost=np.array(cost))
-    u_cols = m.add_vars(len(U), lb=-math.inf, ub=math.inf, integer=False)
     rows = _Rows()
     inf = math.inf
 
@@ -488,6 +492,13 @@ def hilp_model(
                         freed = {inst.data[v] for v in done if v in inst.data}
                         keep = [(c, v) for (c, v), d in zip(dels, del_d, strict=True) if d not in freed]
                         rows.add([*acc, (R[(t, k, o)], float(sc(excess))), *keep], -inf, float(B))
+    u_first = np.array([t * (t + 1) // 2 for t, _k in U], dtype=np.int64)
+    if integral:
+        # |U^t_k| is at most the running sum of its phase's term magnitudes up to k
+        reach = _phase_sums(np.bincount(udef.r, weights=np.abs(udef.v), minlength=len(U)), u_first)
+        u_cols = m.add_vars(len(U), lb=-reach, ub=reach, integer=True)
+    else:
+        u_cols = m.add_vars(len(U), lb=-math.inf, ub=math.inf, integer=False)
     first = m.num_constraints
     rows.flush(m)
     m.mem_rows = [(first + r, t, k) for r, t, k in mem_rows]  # type: ignore[attr-defined]
@@ -499,18 +510,22 @@ def hilp_model(
         (np.array(udef.v), (np.array(udef.r, dtype=np.int64), np.array(udef.c, dtype=np.int64))),
         shape=(len(u_cols), m.num_vars),
     )
-    m.u_first = np.array([t * (t + 1) // 2 for t, _k in U], dtype=np.int64)  # type: ignore[attr-defined]
+    m.u_first = u_first  # type: ignore[attr-defined]
     return m, R
+
+
+def _phase_sums(inc: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Running sums of ``inc`` (one entry per U^t_k, in (t, k) order) restarted at each phase:
+    ``first`` is the index of U^t_0 for each entry's phase t."""
+    run = np.cumsum(inc)
+    before = np.where(first > 0, run[np.maximum(first - 1, 0)], 0.0)
+    return run - before
 
 
 def complete(model: LinearModel, x: np.ndarray) -> np.ndarray:
     """``x`` with its U^t_k set from the binary variables (their defining rows hold): every start
     the warm-start code builds sets only the binaries."""
-    inc = model.u_def @ x  # type: ignore[attr-defined]
-    run = np.cumsum(inc)
-    first = model.u_first  # type: ignore[attr-defined]
-    before = np.where(first > 0, run[np.maximum(first - 1, 0)], 0.0)
-    x[model.u_cols] = run - before  # type: ignore[attr-defined]
+    x[model.u_cols] = _phase_sums(model.u_def @ x, model.u_first)  # type: ignore[attr-defined]
     return x
 
 

@@ -86,7 +86,8 @@ def solve_instance(
     # building the model and its start must not outlast the end of the ILP work either: a top
     # level the H-Partition could not shrink takes minutes to build (RL n500: 310 items, 170 s)
     try:
-        model, R = hilp_model(inst, budget, corrections, kept_budget, deadline=deadline)
+        integral = backend == "cpsat"  # CP-SAT takes integer variables only
+        model, R = hilp_model(inst, budget, corrections, kept_budget, deadline=deadline, integral=integral)
         hint = sequential_hint(inst, model, prefer)
         if hint is None:
             hint = recompute_hint(inst, model, budget, deadline=deadline)
@@ -97,7 +98,9 @@ def solve_instance(
                 # B.3's correction terms bound a compute node's sub-steps from above): the
                 # instance is posed under the budget the start needs, and every schedule it
                 # gives is checked by the simulator against the real one (solve_top)
-                model, R = hilp_model(inst, need, corrections, kept_budget, deadline=deadline)
+                model, R = hilp_model(
+                    inst, need, corrections, kept_budget, deadline=deadline, integral=integral
+                )
                 fh, _ = flat_hint(inst, model, flat, prefer)
             if fh is not None and (hint is None or model.objective(fh) < model.objective(hint)):
                 hint = fh
@@ -129,6 +132,10 @@ def solve_instance(
     )
     res = milp_solve(model, settings)
     status = res.status
+    if res.backend and res.backend != backend:
+        # the engine asked for could not take the model (a size-limited Gurobi licence): the
+        # message must name the one that ran, not the one asked for
+        status += f" ({res.message})"
     if deterministic and wall is not None and deadline is not None and time.time() >= deadline - 0.05:
         # a solution the clock picked is not reproducible: drop it; the sequential start (a
         # deterministic function of the options) and the fallbacks stand in

@@ -30,13 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import write_results  # noqa: E402
+from common import export_cells, write_results  # noqa: E402
 
-from remat_cli.budget import parse_budget  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
 from remat_cli.runner import run_solver  # noqa: E402
-from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp import solver as hilp_solver  # noqa: E402
 from remat_cli.solvers.hilp import subgraphs  # noqa: E402
@@ -95,38 +92,28 @@ def main() -> None:
     args = ap.parse_args()
     hilp_solver.solve_instance = unstarted
     rows = []
-    for path in args.graphs:
-        g = from_onnx_file(path)
-        for fraction in (float(f) for f in args.fractions.split(",")):
-            budget = parse_budget(f"{fraction:.0%}", baseline(g).peak_memory)
-            fs, _, start = run(
-                g, budget, "fastsa", SolveOptions(time_limit=args.fastsa_limit, seed=0, workers=1)
+    for name, g, _, fraction, budget in export_cells(
+        args.graphs, (float(f) for f in args.fractions.split(","))
+    ):
+        fs, _, start = run(g, budget, "fastsa", SolveOptions(time_limit=args.fastsa_limit, seed=0, workers=1))
+        row: dict[str, Any] = {"graph": name, "nodes": len(g.nodes), "fraction": fraction, "budget": budget}
+        row |= {"fastsa": fs, "fastsa_limit": args.fastsa_limit, "limit": args.limit}
+        for backend in args.backends.split(","):
+            if fs is None:
+                row[backend] = {"refined_own": None, "message": "no fastsa schedule to follow"}
+                continue
+            opts = SolveOptions(
+                time_limit=args.limit,
+                seed=0,
+                workers=2,
+                hint=start.steps,
+                params=OWN | {"backend": backend},
             )
-            row: dict[str, Any] = {
-                "graph": Path(path).stem,
-                "nodes": len(g.nodes),
-                "fraction": fraction,
-                "budget": budget,
-                "fastsa": fs,
-                "fastsa_limit": args.fastsa_limit,
-                "limit": args.limit,
-            }
-            for backend in args.backends.split(","):
-                if fs is None:
-                    row[backend] = {"refined_own": None, "message": "no fastsa schedule to follow"}
-                    continue
-                opts = SolveOptions(
-                    time_limit=args.limit,
-                    seed=0,
-                    workers=2,
-                    hint=start.steps,
-                    params=OWN | {"backend": backend},
-                )
-                _, message, _ = run(g, budget, "hilp", opts)
-                row[backend] = {"refined_own": refined_own(message), "message": message}
-            rows.append(row)
-            cells = [row[b]["refined_own"] for b in args.backends.split(",")]
-            print(row["graph"], fraction, fs, *cells, flush=True)
+            _, message, _ = run(g, budget, "hilp", opts)
+            row[backend] = {"refined_own": refined_own(message), "message": message}
+        rows.append(row)
+        cells = [row[b]["refined_own"] for b in args.backends.split(",")]
+        print(row["graph"], fraction, fs, *cells, flush=True)
     write_results(
         args.out,
         rows,

@@ -27,6 +27,8 @@ from remat_cli.torch.convert import BOUNDARY, JointGraph
 
 #: meta key of a node copied from the joint graph: how many times that node ran before it
 COPY_KEY = "remat_copy"
+#: meta key of a node copied from the joint graph: the joint graph node's name
+SOURCE_KEY = "remat_source"
 
 
 class _Rewriter:
@@ -55,7 +57,7 @@ class _Rewriter:
             return
         node = self.orig[name]
         copy = self.graph.node_copy(node, self.read)
-        copy.meta = {**node.meta, COPY_KEY: self.runs.get(name, 0)}
+        copy.meta = {**node.meta, COPY_KEY: self.runs.get(name, 0), SOURCE_KEY: name}
         self.runs[name] = self.runs.get(name, 0) + 1
         made = [copy]
         if isinstance(node.meta.get("val"), (tuple, list)):

@@ -117,6 +117,9 @@ class _Builder:
         self.owner: dict[str, str] = {}
         self.storage_owner: dict[StorageWeakRef, str] = {}
         self.rng_token: str | None = None
+        #: primals the step mutates (BatchNorm's running statistics): what reads them runs once,
+        #: before the update that follows the forward
+        self.mutated: set[str] = set()
 
     def add_value(self, vid: str, t: torch.Tensor, role: str = "intermediate") -> None:
         ref = StorageWeakRef(t.untyped_storage())
@@ -181,7 +184,9 @@ class _Builder:
                 outputs=outputs,
                 cost=MIN_COST if view else _cost(node, read, written),
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
-                recomputable=not random and not node.is_impure(),
+                recomputable=not random
+                and not node.is_impure()
+                and not any(a.name in self.mutated for a in node.all_input_nodes),
             )
         )
 
@@ -221,6 +226,7 @@ def joint_graph(
     b = _Builder(gm, set(static_lifetime_input_indices or []))
     tangents: list[fx.Node] = []
     out_node = next(iter(gm.graph.find_nodes(op="output")))
+    b.mutated = _mutated_primals(gm, out_node)
     joint_outputs = list(out_node.args[0])
     fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
     pending = {n.name for n in fwd_out_nodes if n.op != "placeholder"}
@@ -270,6 +276,19 @@ def joint_graph(
         num_fwd_outputs=num_fwd_outputs,
         owner=b.owner,
     )
+
+
+def _mutated_primals(gm: fx.GraphModule, out_node: fx.Node) -> set[str]:
+    primals = [n.name for n in gm.graph.find_nodes(op="placeholder") if n.name.startswith("primals")]
+    mutated = set()
+    for desc in out_node.meta.get("desc") or []:
+        if type(desc).__name__ != "InputMutationAOTOutput":
+            continue
+        source = desc.mutated_input
+        if type(source).__name__ != "PlainAOTInput" or not 0 <= source.idx < len(primals):
+            raise Unsupported(f"an input mutation of {source}")
+        mutated.add(primals[source.idx])
+    return mutated
 
 
 def _place_boundary(b: _Builder, fwd: list[fx.Node], tangents: list[fx.Node], order: list[str]) -> Node:

@@ -51,6 +51,8 @@ class Solved:
     #: the same for the joint graph's no-rematerialization order
     baseline_peak: int
     budget: int
+    #: True when the schedule came from the solve cache
+    cached: bool = False
 
 
 def remat_version() -> str:
@@ -98,7 +100,7 @@ class RematPartitioner(CustomPartitionerFn):
         key = (joint.graph.sha256(), str(self.budget), self.solver, self.options_key())
         hit = self.cache.get(key)
         if hit is not None:
-            return Solved(joint, hit.schedule, hit.predicted_peak, hit.baseline_peak, hit.budget)
+            return Solved(joint, hit.schedule, hit.predicted_peak, hit.baseline_peak, hit.budget, cached=True)
         extra, base = step_budget(joint, self.budget)
         schedule = solve(
             joint.graph,

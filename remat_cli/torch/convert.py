@@ -78,7 +78,7 @@ def _check_supported(gm: fx.GraphModule) -> None:
                 continue
             if not isinstance(target, torch._ops.OpOverload):
                 raise Unsupported(f"{node.name}: {target} is not an ATen operator")
-            if target._schema.is_mutable:
+            if target._schema.is_mutable and not is_input_update(node):
                 raise Unsupported(f"{node.name}: {target} mutates its input")
             val = node.meta.get("val")
             leaves = val if isinstance(val, (tuple, list)) else [val]
@@ -90,6 +90,19 @@ def _check_supported(gm: fx.GraphModule) -> None:
                 raise Unsupported(f"{node.name}: a user checkpointing policy is set")
         elif node.op == "get_attr":
             raise Unsupported(f"{node.name}: get_attr nodes")
+
+
+def is_input_update(node: fx.Node) -> bool:
+    """A ``copy_`` into a primal that must stay in the forward (inductor keeps the step's input
+    mutations, such as BatchNorm's running statistics, in the graph)."""
+    dst = node.args[0] if node.args else None
+    return (
+        node.target is torch.ops.aten.copy_.default
+        and isinstance(dst, fx.Node)
+        and dst.op == "placeholder"
+        and dst.name.startswith("primals")
+        and node.meta.get("partitioner_tag") == "must_be_in_forward"
+    )
 
 
 def _cost(node: fx.Node, read: int, written: int) -> float:
@@ -120,6 +133,9 @@ class _Builder:
         #: primals the step mutates (BatchNorm's running statistics): what reads them runs once,
         #: before the update that follows the forward
         self.mutated: set[str] = set()
+        #: the in-graph input updates (``copy_`` into a primal), which the forward must run
+        self.updates: list[str] = []
+        self.outputs_of: dict[str, list[str]] = {}
 
     def add_value(self, vid: str, t: torch.Tensor, role: str = "intermediate") -> None:
         ref = StorageWeakRef(t.untyped_storage())
@@ -167,12 +183,19 @@ class _Builder:
         inputs += [self.owner[v] for v, _ in outs if v in self.owner and self.owner[v] not in inputs]
         outputs = [v for v, _ in outs]
         random = torch.Tag.nondeterministic_seeded in node.target.tags
+        if is_input_update(node):
+            # after every other reader of the primal, and before the boundary
+            dst = node.args[0]
+            inputs += [self.outputs_of[u.name][0] for u in dst.users if u.name in self.outputs_of]
+            inputs = list(dict.fromkeys(i for i in inputs if i != node.name))
+            self.updates.append(node.name)
         if random:
             if self.rng_token is not None:
                 inputs.append(self.rng_token)
             self.rng_token = f"{node.name}.rng"
             self.values[self.rng_token] = Value(id=self.rng_token, size=0)
             outputs.append(self.rng_token)
+        self.outputs_of[node.name] = outputs
         read = sum(self.values[v].size or self._nbytes(v) for v in dict.fromkeys(reads))
         written = sum(self.values[v].size for v, _ in outs)
         view = written == 0
@@ -205,7 +228,7 @@ def _boundary(b: _Builder, fwd_outputs: list[str], tangents: list[fx.Node]) -> N
     return Node(
         id=BOUNDARY,
         op=BOUNDARY,
-        inputs=b.with_owners(fwd_outputs),
+        inputs=b.with_owners([*fwd_outputs, *b.updates]),
         outputs=[*outputs, token],
         cost=0.0,
         phase="loss",
@@ -226,7 +249,9 @@ def joint_graph(
     b = _Builder(gm, set(static_lifetime_input_indices or []))
     tangents: list[fx.Node] = []
     out_node = next(iter(gm.graph.find_nodes(op="output")))
-    b.mutated = _mutated_primals(gm, out_node)
+    b.mutated = _mutated_primals(gm, out_node) | {
+        n.args[0].name for n in gm.graph.nodes if n.op == "call_function" and is_input_update(n)
+    }
     joint_outputs = list(out_node.args[0])
     fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
     pending = {n.name for n in fwd_out_nodes if n.op != "placeholder"}

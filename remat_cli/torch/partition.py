@@ -31,7 +31,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from remat_cli import NoSchedule, budget_bytes, simulate, solve
 from remat_cli.budget import parse_budget
-from remat_cli.schedule import Schedule
+from remat_cli.schedule import Schedule, steps_from_sequence
 from remat_cli.torch.apply import split
 from remat_cli.torch.convert import JointGraph, Unsupported, joint_graph
 
@@ -108,6 +108,14 @@ class RematPartitioner(CustomPartitionerFn):
             solver=self.solver,
             time_limit=self.time_limit,
             **self.solver_options,
+        )
+        # run as FX runs it: each copy freed after its last reader (at or before the schedule's frees)
+        schedule = schedule.model_copy(
+            update={
+                "steps": steps_from_sequence(
+                    joint.graph, [s.node for s in schedule.steps if s.op == "compute"]
+                )
+            }
         )
         peak = simulate(joint.graph, schedule).peak_memory - joint.resident
         solved = Solved(joint, schedule, peak, base, extra)

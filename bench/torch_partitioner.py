@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import RESULTS, write_results  # noqa: E402
 
 TORCH_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.05)
-REMAT_BUDGETS = ("90%", "75%", "60%", "45%", "35%", "25%", "15%")
+REMAT_BUDGETS = ("85%", "70%", "55%", "40%", "25%")
 
 
 def methods(model: Any, args: argparse.Namespace) -> list[tuple[str, str, Any, Any]]:

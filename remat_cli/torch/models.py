@@ -165,24 +165,24 @@ class Case:
 
 
 def _mlp(full: bool) -> Case:
-    w, depth, batch = (1024, 8, 512) if full else (128, 3, 256)
+    w, depth, batch = (512, 8, 1024) if full else (128, 3, 256)
     return Case("mlp", MLP(w, depth), (torch.randn(batch, w), torch.randint(0, 10, (batch,))))
 
 
 def _resnet(full: bool) -> Case:
-    width, batch, hw = (64, 32, 32) if full else (8, 4, 16)
+    width, batch, hw = (16, 32, 16) if full else (8, 4, 16)
     x = torch.randn(batch, 3, hw, hw)
     return Case("resnet18", ResNet18(width), (x, torch.randint(0, 10, (batch,))))
 
 
 def _unet(full: bool) -> Case:
-    base, depth, batch, hw = (16, 3, 8, 64) if full else (8, 2, 2, 32)
+    base, depth, batch, hw = (16, 3, 4, 64) if full else (8, 2, 2, 32)
     x = torch.randn(batch, 3, hw, hw)
     return Case("unet", UNet(base, depth), (x, torch.randn_like(x)))
 
 
 def _decoder(full: bool) -> Case:
-    vocab, d, heads, layers, seq, batch = (512, 256, 4, 12, 128, 4) if full else (128, 64, 4, 2, 64, 2)
+    vocab, d, heads, layers, seq, batch = (512, 128, 4, 12, 128, 4) if full else (128, 64, 4, 2, 64, 2)
     idx = torch.randint(0, vocab, (batch, seq))
     return Case(
         "decoder", Decoder(vocab, d, heads, layers, seq), (idx, torch.randint(0, vocab, (batch, seq)))

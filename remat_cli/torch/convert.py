@@ -236,24 +236,10 @@ def _boundary(b: _Builder, fwd_outputs: list[str], tangents: list[fx.Node]) -> N
     )
 
 
-def joint_graph(
-    gm: fx.GraphModule,
-    *,
-    num_fwd_outputs: int,
-    static_lifetime_input_indices: list[int] | None = None,
-    name: str = "torch-joint",
-) -> JointGraph:
-    """The remat graph of `gm`, an ``aot_autograd`` joint graph whose first `num_fwd_outputs`
-    outputs are the forward's. Raises :class:`Unsupported` for what it does not take."""
-    _check_supported(gm)
-    b = _Builder(gm, set(static_lifetime_input_indices or []))
+def _walk(b: _Builder, gm: fx.GraphModule, fwd_out_nodes: list[fx.Node]) -> tuple[list[str], Node]:
+    """Convert every node of `gm` in its order; the boundary goes before the first node that
+    reads a tangent (directly or not). Returns the remat order and the boundary node."""
     tangents: list[fx.Node] = []
-    out_node = next(iter(gm.graph.find_nodes(op="output")))
-    b.mutated = _mutated_primals(gm, out_node) | {
-        n.args[0].name for n in gm.graph.nodes if n.op == "call_function" and is_input_update(n)
-    }
-    joint_outputs = list(out_node.args[0])
-    fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
     pending = {n.name for n in fwd_out_nodes if n.op != "placeholder"}
     boundary: Node | None = None
     order: list[str] = []
@@ -267,15 +253,12 @@ def joint_graph(
             continue
         if node.op != "call_function":
             continue
-        if not any(a.name in after for a in node.all_input_nodes):
-            pass
-        elif boundary is None:
+        if any(a.name in after for a in node.all_input_nodes):
             after.add(node.name)
-            if pending:
-                raise Unsupported(f"{node.name} reads a tangent before the forward outputs are made")
-            boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
-        else:
-            after.add(node.name)
+            if boundary is None:
+                if pending:
+                    raise Unsupported(f"{node.name} reads a tangent before the forward outputs are made")
+                boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
         b.call(node)
         if node.target is not operator.getitem:
             order.append(node.name)
@@ -284,6 +267,27 @@ def joint_graph(
         if pending:
             raise Unsupported("the forward outputs are not all made")
         boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
+    return order, boundary
+
+
+def joint_graph(
+    gm: fx.GraphModule,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    name: str = "torch-joint",
+) -> JointGraph:
+    """The remat graph of `gm`, an ``aot_autograd`` joint graph whose first `num_fwd_outputs`
+    outputs are the forward's. Raises :class:`Unsupported` for what it does not take."""
+    _check_supported(gm)
+    b = _Builder(gm, set(static_lifetime_input_indices or []))
+    out_node = next(iter(gm.graph.find_nodes(op="output")))
+    b.mutated = _mutated_primals(gm, out_node) | {
+        n.args[0].name for n in gm.graph.nodes if n.op == "call_function" and is_input_update(n)
+    }
+    joint_outputs = list(out_node.args[0])
+    fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
+    order, boundary = _walk(b, gm, fwd_out_nodes)
     outputs = [b.value_of[o.name] for o in joint_outputs if isinstance(o, fx.Node)]
     graph = Graph(
         name=name,

@@ -1,4 +1,4 @@
-"""The cut bound (remat_cli/cost_bound.py) against the free-order optimum found by brute force."""
+"""The cut bound (remat_cli/execution/cost_bound.py) against the free-order optimum found by brute force."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import cost_bound
-from remat_cli.cost_bound import cost_lower_bound
+from remat_cli.execution import cost_bound
+from remat_cli.execution.cost_bound import cost_lower_bound
+from remat_cli.execution.runner import build_schedule, with_cost_bound
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import build_schedule, with_cost_bound
 from remat_cli.schedule import baseline, peak_lower_bound, steps_from_sequence
 from remat_cli.solver import SolverResult
 from remat_cli.testing import tiny_graph

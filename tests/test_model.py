@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from model_graphs import fan, fig3
 
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import buffers_of
-from remat_cli.plan_check import check_plan
-from remat_cli.runner import run_solver
+from remat_cli.planning.check import check_plan
+from remat_cli.planning.memory_plan import buffers_of
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.model.lifetimes import Problem
@@ -164,8 +164,8 @@ def test_matches_brute_force_on_tiny_dags(seed: int) -> None:
 @pytest.mark.parametrize("engine", ["cp-sat", "milp"])
 def test_address_engines_close_a_bad_start(engine: str) -> None:
     """Both engines of addresses.py, from every buffer stacked (no reuse), reach the order's peak."""
-    from remat_cli.memory_plan import arena_peak
-    from remat_cli.solvers.model import addresses
+    from remat_cli.planning import addresses
+    from remat_cli.planning.memory_plan import arena_peak
 
     g = fig3()
     steps = steps_from_sequence(g, ["v1", "v3", "v2", "v4"])

@@ -1,4 +1,4 @@
-"""`remat sweep`: every (graph, budget, solver) cell, each solve in its own process.
+"""The sweep behind `remat sweep` (its command is in :mod:`remat_cli.cli.sweep`): every (graph, budget, solver) cell, each solve in its own process.
 
 Layout (imports point downward):
   cells.py      what a cell is, its key, the JSON Lines results file (append-only, one record a line)
@@ -8,5 +8,4 @@ Layout (imports point downward):
   dask_backend.py  the same cells as tasks on a Dask distributed cluster (`--scheduler tcp://...`)
   sweep.py      the loop both backends share: skip finished cells, write each record as it arrives
   plot.py, report.py  trade-off and memory figures (matplotlib, Agg), the static HTML report
-  cli_command.py  the click commands `sweep`, `plot`, `report`
 """

@@ -29,11 +29,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from remat_cli import registry
-from remat_cli.files import to_devnull
+from remat_cli.execution.runner import build_schedule, run_solver
 from remat_cli.graph import Graph
-from remat_cli.runner import build_schedule, run_solver
 from remat_cli.schedule import Schedule, ScheduleError, Step, simulate
 from remat_cli.solver import SolveOptions, SolverResult
+from remat_cli.util.files import to_devnull
 
 
 def _process_started() -> float:

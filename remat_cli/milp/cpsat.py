@@ -1,4 +1,5 @@
-"""MODeL §4.5: how every CP-SAT model of this package (§4.2 order, §4.3 addresses, §4.4 joint) is run.
+"""How a CP-SAT model is run: MODeL's (Steiner et al., ICML 2023) §4.2 order, §4.3 addresses
+(`remat_cli.planning.addresses`) and §4.4 joint programs, solved as §4.5 describes.
 
 One place for the solver's limits and for reading what it found, so the three programs stop and
 report alike: a time limit of at least 50 ms, at least one worker, a fixed seed, the relative gap

@@ -59,7 +59,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from remat_cli import milp
-from remat_cli.memory_plan import (
+from remat_cli.milp import cpsat
+from remat_cli.planning.memory_plan import (
     Buffer,
     align,
     arena_of,
@@ -70,7 +71,6 @@ from remat_cli.memory_plan import (
     perturbed_breadth,
     perturbed_offsets,
 )
-from remat_cli.solvers.model import cpsat
 
 ENGINES = ("cp-sat", "milp")
 #: buffers of at least this fraction of the peak are placed exactly before the others
@@ -204,7 +204,7 @@ def repack(
     `gap` of the buffers' peak, after `patience` moves in a row without a smaller score (a count:
     the same offsets for a seed; REPACK_WORK / number of buffers by default, at least 100), or at
     `deadline` (time.monotonic())."""
-    from remat_cli.best_fit import best_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel
 
     n = len(buffers)
     start, end, size = buffer_arrays(buffers, alignment)
@@ -256,7 +256,7 @@ def squeaky_wheel(
     Ends within `gap` of the buffers' peak, after `patience` rounds in a row without a smaller
     arena (a count: the same offsets for a seed; SWO_ROUNDS x number of buffers by default, at
     least 100), or at `deadline` (time.monotonic())."""
-    from remat_cli.best_fit import first_fit_kernel
+    from remat_cli.planning.best_fit import first_fit_kernel
 
     start, end, size = buffer_arrays(buffers, alignment)
     best = np.asarray(offsets, dtype=np.int64)

@@ -47,9 +47,9 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from remat_cli.files import write_atomic
 from remat_cli.importers.notes import Float32Rounding, NotCompared
 from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random, node_reads
+from remat_cli.util.files import write_atomic
 
 aten = torch.ops.aten
 Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]

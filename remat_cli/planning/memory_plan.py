@@ -7,7 +7,7 @@ workspace for that step, and a `free` step ends the value's current buffer. Resi
 (inputs, parameters) are not in the arena. Placement: best fit (the offset heuristic of TFLite's
 arena planner, Pisarchyk & Lee 2020, "greedy by size" and "greedy by breadth"), tried with seven
 orders of the buffers, the smallest arena kept. The exact placement is MODeL's address model in
-`remat_cli.solvers.model.addresses`.
+`remat_cli.planning.addresses`.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def best_fit_arrays(
     fixed: dict[int, int] | None = None,
 ) -> np.ndarray:
     """`best_fit` on lifetimes [start, end) and aligned sizes given as int64 arrays."""
-    from remat_cli.best_fit import best_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel
 
     offset = np.full(len(start), -1, dtype=np.int64)
     for i, o in (fixed or {}).items():

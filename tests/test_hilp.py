@@ -251,11 +251,11 @@ def failing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         f"[{registry.ENTRY_POINT_GROUP}]\nrefuses = refuses_plugin:Refuses\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry._table.cache_clear()
+    registry.solver_table.cache_clear()
     assert "refuses" in registry.names()
     yield "refuses"
     monkeypatch.undo()
-    registry._table.cache_clear()
+    registry.solver_table.cache_clear()
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -167,7 +167,7 @@ def test_killed_writer_leaves_the_old_file_or_the_new(tmp_path: Path) -> None:
 def test_incumbents_keep_every_step_field() -> None:
     """What the solver child sends through the pipe comes back whole: copy steps keep their
     devices (a dropped field made a copy 'to itself' once)."""
-    from remat_cli.execution.watchdog import _pack, _unpack
+    from remat_cli.execution.watchdog import pack_steps, unpack_steps
     from remat_cli.schedule import Step
 
     steps = [
@@ -175,7 +175,7 @@ def test_incumbents_keep_every_step_field() -> None:
         Step.model_validate({"op": "copy", "value": "x", "from": "cpu", "to": "gpu"}),
         Step(op="free", value="x", device="cpu"),
     ]
-    assert _unpack(_pack(steps)) == steps
+    assert unpack_steps(pack_steps(steps)) == steps
 
 
 def test_a_long_lived_process_counts_from_the_command(monkeypatch: pytest.MonkeyPatch) -> None:

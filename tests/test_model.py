@@ -174,8 +174,10 @@ def test_address_engines_close_a_bad_start(engine: str) -> None:
     for b in bufs:
         stacked.append(top)
         top += b.size
-    run = addresses._cpsat if engine == "cp-sat" else addresses._milp
-    got = run(addresses._Task(bufs, 1 << 20, stacked, top, 0, 20.0, 1, 0))  # alignment 1 MiB: small numbers
+    run = addresses.place_cpsat if engine == "cp-sat" else addresses.place_milp
+    got = run(
+        addresses.PlacementTask(bufs, 1 << 20, stacked, top, 0, 20.0, 1, 0)
+    )  # alignment 1 MiB: small numbers
     assert got is not None
     offsets, _, proven = got
     arena = max(o + b.size for o, b in zip(offsets, bufs, strict=True))

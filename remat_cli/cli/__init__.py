@@ -26,6 +26,8 @@ from remat_cli.cli import (
 from remat_cli.cli.common import OneLineErrors, guard_stderr
 from remat_cli.execution import watchdog
 
+__all__ = ["main", "run"]
+
 
 @click.group(
     cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -111,11 +111,11 @@ class Outcome:
 Packed = list[tuple[str, str | None, str | None, str | None, str | None, str | None]]
 
 
-def _pack(steps: list[Step]) -> Packed:
+def pack_steps(steps: list[Step]) -> Packed:
     return [(s.op, s.node, s.value, s.device, s.source, s.target) for s in steps]
 
 
-def _unpack(packed: Packed) -> list[Step]:
+def unpack_steps(packed: Packed) -> list[Step]:
     # The steps come from our own solver and go through the simulator next: no re-validation.
     return [
         Step.model_construct(op=o, node=n, value=v, device=d, source=a, target=b)
@@ -145,7 +145,7 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
     method = [""]  # the producer a portfolio names in its progress (auto: before each incumbent)
 
     def incumbent(steps: list[Step]) -> None:
-        conn.send(("incumbent", (_pack(steps), method[0])))
+        conn.send(("incumbent", (pack_steps(steps), method[0])))
 
     def progress(facts: dict[str, Any]) -> None:
         method[0] = str(facts.get("method", method[0]))
@@ -160,7 +160,7 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
         result = registry.get(name).solve(graph, budget, options)
         steps = result.steps
         result.steps = None
-        conn.send(("result", (result, _pack(steps) if steps is not None else None)))
+        conn.send(("result", (result, pack_steps(steps) if steps is not None else None)))
     except BaseException as e:  # noqa: BLE001 - the parent re-raises it
         try:
             conn.send(("error", e))
@@ -232,7 +232,7 @@ def run_guarded(
                 break  # the child ended without a result: died, or was killed
             if kind == "incumbent":
                 payload, by = payload
-                steps = _unpack(payload)
+                steps = unpack_steps(payload)
                 # keep the best one (within budget, then cheapest): warm starts may come late
                 rank = _rank(graph, budget, steps)
                 if rank is not None and (best_rank is None or rank < best_rank):
@@ -268,7 +268,7 @@ def run_guarded(
         raise error
     if final is not None:
         result, packed = final
-        result.steps = _unpack(packed) if packed is not None else None
+        result.steps = unpack_steps(packed) if packed is not None else None
     else:
         if why_stopped is None:
             why_stopped = f"the solver process died (exit {child.exitcode})"
@@ -276,7 +276,7 @@ def run_guarded(
                 raise RuntimeError(f"solver {name!r}: {why_stopped} before finding a schedule")
         if incumbent is not None:
             result = SolverResult(
-                steps=_unpack(incumbent),
+                steps=unpack_steps(incumbent),
                 status="feasible",
                 message=f"{why_stopped}: best schedule so far" + (f", {made_by}'s" if made_by else ""),
             )

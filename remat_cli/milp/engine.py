@@ -66,7 +66,7 @@ import multiprocessing
 import os
 import time
 
-from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, _gurobi_status, _solve_gurobi
+from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, gurobi_status, solve_gurobi
 from remat_cli.milp.mathopt import (
     LOAD_SECONDS_PER_NONZERO,
     PROTO_SECONDS_PER_NONZERO,
@@ -117,7 +117,7 @@ def available_backends() -> dict[str, tuple[bool, str]]:
     except ImportError as e:  # pragma: no cover - ortools is a dependency
         for b in ("highs", "scip", "cpsat", *LP_BACKENDS):
             out[b] = (False, f"ortools.math_opt unavailable: {e}")
-    out["gurobi"] = _gurobi_status()
+    out["gurobi"] = gurobi_status()
     return out
 
 
@@ -159,7 +159,7 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
             if _killable(s):
                 res = _solve_in_child(model, s, b, left)
             elif b == "gurobi":
-                res = _solve_gurobi(model, s, left)
+                res = solve_gurobi(model, s, left)
             else:
                 res = _solve_mathopt(model, s, b, left)
         except EngineError as e:
@@ -195,7 +195,7 @@ def _solve_in_child(model: LinearModel, s: EngineSettings, backend: str, left: f
     def child() -> None:
         try:
             res = (
-                _solve_gurobi(model, s, left)
+                solve_gurobi(model, s, left)
                 if backend == "gurobi"
                 else _solve_mathopt(model, s, backend, left)
             )

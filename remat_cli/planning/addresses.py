@@ -150,8 +150,8 @@ def place(
     if settled():
         return offsets, arena, bound, arena <= bound
     left = deadline - time.monotonic()
-    task = _Task(buffers, alignment, offsets, arena, bound, left, workers, seed, gap, stall)
-    got = _milp(task) if engine == "milp" else _cpsat(task)
+    task = PlacementTask(buffers, alignment, offsets, arena, bound, left, workers, seed, gap, stall)
+    got = place_milp(task) if engine == "milp" else place_cpsat(task)
     if got is None:
         return offsets, arena, bound, False
     new, new_bound, proven = got
@@ -172,7 +172,7 @@ def _big_first(
         return None
     sub = [buffers[i] for i in big]
     start = greedy_offsets(sub, alignment)
-    task = _Task(
+    task = PlacementTask(
         sub,
         alignment,
         start,
@@ -182,7 +182,7 @@ def _big_first(
         workers,
         seed,
     )
-    got = _cpsat(task) if task.arena > task.bound else (start, task.bound, True)
+    got = place_cpsat(task) if task.arena > task.bound else (start, task.bound, True)
     if got is None:
         return None
     fixed = {i: o for i, o in zip(big, got[0], strict=True)}
@@ -306,7 +306,7 @@ def refill_order(rng: np.random.Generator, size: np.ndarray, lifted: np.ndarray)
 
 
 @dataclass(frozen=True)
-class _Task:
+class PlacementTask:
     """What either engine gets: the buffers, the greedy start and its arena, the lower bound, limits."""
 
     buffers: Sequence[Buffer]
@@ -325,7 +325,7 @@ class _Task:
 _Found = tuple[list[int], int, bool] | None
 
 
-def _cpsat(t: _Task) -> _Found:
+def place_cpsat(t: PlacementTask) -> _Found:
     buffers, alignment = t.buffers, t.alignment
     # Offsets in units of the alignment: smaller domains, and alignment holds by construction.
     units = [align(b.size, alignment) // alignment for b in buffers]
@@ -367,7 +367,7 @@ def overlapping_pairs(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
     return pairs
 
 
-def _milp(t: _Task) -> _Found:
+def place_milp(t: PlacementTask) -> _Found:
     buffers, alignment, start = t.buffers, t.alignment, t.start
     units = np.array([align(b.size, alignment) // alignment for b in buffers], dtype=float)
     top = t.arena // alignment

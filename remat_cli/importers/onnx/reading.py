@@ -23,7 +23,7 @@ from onnx import GraphProto, ModelProto, TensorProto
 from onnx import helper as oh
 
 from remat_cli.graph import GraphError
-from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, MIN_OPSET, SMALL_INT_ELEMENTS, _subgraphs
+from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, MIN_OPSET, SMALL_INT_ELEMENTS, subgraphs
 
 
 def read_model(path: str | Path) -> ModelProto:
@@ -39,7 +39,7 @@ def read_model(path: str | Path) -> ModelProto:
     model = ModelProto()
     try:
         model.ParseFromString(raw)
-        _check_is_model(model, str(path))
+        check_is_model(model, str(path))
         return model
     except Exception:  # protobuf's DecodeError and friends, or no graph: maybe text format
         pass
@@ -48,11 +48,11 @@ def read_model(path: str | Path) -> ModelProto:
         text_format.Parse(raw.decode("utf-8"), model)
     except Exception:
         raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
-    _check_is_model(model, str(path))
+    check_is_model(model, str(path))
     return model
 
 
-def _check_is_model(model: ModelProto, where: str) -> None:
+def check_is_model(model: ModelProto, where: str) -> None:
     if not model.HasField("graph") or not model.opset_import:
         raise GraphError(f"{where} is not an ONNX model (no graph or no opset_import)")
 
@@ -177,7 +177,7 @@ def _converter_culprit(model: ModelProto, old: int, e: Exception) -> str:
     return detail
 
 
-def _inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
+def inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
     """Read small int initializers from external data so shape inference sees Reshape targets.
 
     Weights are never read; a missing file simply leaves the tensor external."""
@@ -205,7 +205,7 @@ def _all_tensors(g: GraphProto) -> Iterable[TensorProto]:
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             yield from _all_tensors(sub)
 
 

@@ -325,10 +325,10 @@ SECONDS = FiniteFloatRange(min=0, min_open=True)
 #: --workers, generator sizes
 POSITIVE_INT = click.IntRange(min=1)
 #: `remat generate` refuses graphs larger than this: the pure-Python generators and the pydantic
-#: graph take ~25 s and ~0.8 GB per 200,000 nodes (linear, loaded machine), so a 10^8-node request
-#: would run for hours and exhaust memory; no solver handles such a graph anyway
+#: graph take tens of seconds and most of a gigabyte per few hundred thousand nodes, so a
+#: 10^8-node request would run for hours and exhaust memory; no solver handles such a graph anyway
 MAX_GENERATED_NODES = 500_000
-#: random-layered draws O(n^1.5) edges one by one (~20 s for 20,000 nodes, ~75 s for 50,000)
+#: random-layered draws O(n^1.5) edges one by one (above this, minutes)
 MAX_RANDOM_LAYERED_NODES = 50_000
 
 

@@ -46,7 +46,7 @@ from remat_cli.util.files import write_atomic
     "-j",
     type=click.IntRange(min=1),
     default=None,
-    help=f"Solves at a time on the local pool (default: one per 2 cores, here {default_jobs()}).",
+    help=f"Solves at a time on the local pool (default: one for every two cores, here {default_jobs()}).",
 )
 @click.option(
     "--scheduler",

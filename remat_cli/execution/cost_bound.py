@@ -123,8 +123,8 @@ class Instants:
                     self.anc[i] |= self.anc[j]
 
     def clock(self, i: int) -> None:
-        """OutOfTime past the deadline, checked every 256th step of the O(n^2) passes (a
-        20,001-node chain took 20 s for a 10 s --bound-time-limit, before any ILP)."""
+        """OutOfTime past the deadline, checked every 256th step of the O(n^2) passes (on a long
+        chain they alone would overrun --bound-time-limit, before any ILP)."""
         if i % 256 == 0 and time.monotonic() > self.deadline:
             raise OutOfTime
 
@@ -395,7 +395,7 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
     if best == float("inf"):
         return CostBound(best, where, 0)
     chain = _chain(inst, relaxed)
-    # the single instants first (they finish in seconds on the shipped exports), the chains in
+    # the single instants first (small ILPs, quick), the chains in
     # what they leave, at least a quarter of the limit
     deadline = start + (time_limit * 3 / 4 if len(chain) > 1 else time_limit)
     top = [v for value, v in relaxed[:exact] if value > 0]
@@ -412,7 +412,7 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
             best, where = value, v
     found: tuple[str, ...] = ()
     # chains of more and more instants while time is left: a few finish in seconds, and each
-    # instant more makes the ILP harder (torch_mlp_train at 50%: 6 instants 2 s, 12 not in 40 s)
+    # instant more makes the ILP harder (doubling them can take it from seconds past any limit)
     for size in CHAIN_SIZES:
         left = start + time_limit - time.monotonic()
         if left <= 0 or len(chain) < 2:

@@ -14,7 +14,7 @@ final result through a pipe. The parent keeps the latest incumbent and
 
 The deadline counts from the start of the command (what a user timing it sees): the solver is
 told the time left, and killed 30% of the tolerance max(10% T, 2 s) after T, the rest being
-for the simulator, the atomic write and the interpreter's exit on a loaded machine. Without ``os.fork`` the solve runs in-process.
+for the simulator, the atomic write and the interpreter's exit under load. Without ``os.fork`` the solve runs in-process.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def exit_on_sigterm() -> None:
 
 
 def exit_fast(code: int) -> None:
-    """Exit now, skipping the interpreter's teardown of numba, OR-Tools and the graph (measured:
-    1-2 s on a loaded machine, past the time limit) once everything is written and flushed.
+    """Exit now, skipping the interpreter's teardown of numba, OR-Tools and the graph (seconds
+    under load, past the time limit) once everything is written and flushed.
     Under a test runner that swapped the standard streams, a plain sys.exit."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -96,7 +96,7 @@ def exit_fast(code: int) -> None:
 
 
 def tolerance(time_limit: float) -> float:
-    """How far past the limit a command may end: max(10%, 2 s) (issue 20)."""
+    """How far past the limit a command may end: max(10%, 2 s)."""
     return max(0.1 * time_limit, 2.0)
 
 

@@ -50,10 +50,10 @@ CP-SAT works on integers: every variable must be integer and every constraint co
 bound integral (scale memory by the gcd of the sizes before building); the objective may be
 fractional. ``solve`` says so in ``message`` and falls back when that does not hold.
 
-Speed, measured on the Checkmate model of random_layered_n250 at 90% (T = 250: 223,844 columns,
-769,982 rows, 2.06 M nonzeros) on the loaded 2-core dev machine: numpy build 1.4 s, CSR 0.7 s,
-ModelProto fill 3.6 s — against minutes through ``mathopt.Model`` Python expressions. The
-``LinearModel`` arrays are backend-neutral, so H-ILP and Checkmate share this path.
+The model is built as numpy arrays and handed to the engine as one sparse matrix (CSR, then
+MathOpt's ModelProto), not through ``mathopt.Model``'s Python expressions, which take minutes on
+the 10⁶-row Checkmate models. The ``LinearModel`` arrays are backend-neutral, so H-ILP and
+Checkmate share this path.
 
 Layout: :mod:`remat_cli.milp.model` (the model, settings and result types), :mod:`remat_cli.milp.mathopt`
 (OR-Tools MathOpt backends), :mod:`remat_cli.milp.gurobi` (gurobipy); this module discovers the

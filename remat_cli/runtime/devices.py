@@ -1,4 +1,4 @@
-"""Replay of a multi-device schedule (XEngine, Schuler et al., TACO 2023, §3.1; issue 17 item 5).
+"""Replay of a multi-device schedule (XEngine, Schuler et al., TACO 2023, §3.1).
 
 Interpret mode on several devices: every ``compute`` runs the node's own one-node session on
 the onnxruntime provider of its device, every ``copy`` moves the tensor between devices, every

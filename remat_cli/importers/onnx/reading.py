@@ -108,9 +108,9 @@ def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
 def runtime_ir_version() -> int:
     """The newest ONNX IR version the installed onnxruntime loads.
 
-    onnx and onnxruntime are released apart, and onnxruntime-gpu lags onnxruntime: measured on
-    an H200 machine with onnx 1.23.1 (writes IR 14) and onnxruntime-gpu 1.31.1, which loads IR 13
-    at most, so every model onnx's helpers built failed to load. onnxruntime has no call that says
+    onnx and onnxruntime are released apart, and onnxruntime-gpu lags onnxruntime: an onnx that
+    writes a newer IR version than the installed onnxruntime loads makes every model its helpers
+    build fail to load. onnxruntime has no call that says
     its limit; a one-node model at onnx's own IR version is loaded once, and the limit is read
     from the refusal ("max supported IR version: N").
     """

@@ -446,7 +446,7 @@ def _tag_backward(root: torch.autograd.graph.Node | None) -> None:
     """While autograd runs each node of the graph under `root`, the FX nodes traced get that
     node's sequence number as ``seq_nr``, the number the forward op that created it has (the
     hooks aot_autograd sets for the same purpose): backward ops pair with the forward op they
-    differentiate (HiREmate's F_j/B_j, issue 18)."""
+    differentiate (HiREmate's F_j/B_j)."""
     seen: set[torch.autograd.graph.Node] = set()
     todo = [root] if root is not None else []
     while todo:

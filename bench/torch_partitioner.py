@@ -197,6 +197,50 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue's judged claims over the aot_eager rows: remat's front dominates PyTorch's (every
+    torch-dp point has a remat point with peak at most its own and time at most 2% above),
+    remat's smallest peak below PyTorch's, remat at per-block checkpointing's peak vs that row,
+    and measured vs predicted peak of every remat row."""
+    out: dict[str, Any] = {}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        dp = [r for r in mine if r["method"].startswith("torch-dp") and r["compiler"] == "aot_eager"]
+        remat = [
+            r
+            for r in mine
+            if r["method"].startswith("remat") and r["compiler"] == "aot_eager" and not r["fallback"]
+        ]
+        blocks = next((r for r in mine if r["method"] == "eager-blocks"), None)
+        at_blocks = [r for r in remat if blocks and r["peak"] <= blocks["peak"]]
+        undominated = [
+            d["method"]
+            for d in dp
+            if not any(r["peak"] <= d["peak"] and r["time"] <= 1.02 * d["time"] for r in remat)
+        ]
+        out[model] = {
+            "dominates": bool(dp and remat) and not undominated,
+            "torch_points_not_dominated": undominated,
+            "smallest_peak": {
+                "remat": min((r["peak"] for r in remat), default=None),
+                "torch": min((d["peak"] for d in dp), default=None),
+            },
+            "blocks": blocks and {"peak": blocks["peak"], "time": blocks["time"]},
+            "fastest_remat_at_blocks_peak": min(at_blocks, key=lambda r: r["time"])["method"]
+            if at_blocks
+            else None,
+            "speedup_at_blocks_peak": (
+                1 - min(r["time"] for r in at_blocks) / blocks["time"] if at_blocks and blocks else None
+            ),
+            "prediction_error": {
+                r["method"]: round(r["peak"] / r["predicted_peak"] - 1, 4)
+                for r in remat
+                if r["predicted_peak"]
+            },
+        }
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="mlp,resnet18,unet,decoder")
@@ -208,10 +252,24 @@ def main() -> None:
     p.add_argument("--inductor", action="store_true", help="add the inductor rows")
     p.add_argument("--small", action="store_true", help="the tests' small models (a smoke run)")
     p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--merge", nargs="+", metavar="NAME", help="only combine these results files into --out")
     p.add_argument("--out", default="torch_partitioner")
     args = p.parse_args()
     if args.one:
         print(json.dumps(measure_model(args.one, args)))
+        return
+    if args.merge:
+        parts = [json.loads((RESULTS / f"{n}.json").read_text()) for n in args.merge]
+        rows = [r for part in parts for r in part["rows"]]
+        found = claims(rows)
+        print(json.dumps(found, indent=1))
+        write_results(
+            args.out,
+            rows,
+            merged={n: p["command"] for n, p in zip(args.merge, parts, strict=True)},
+            claims=found,
+        )
+        plot(rows, RESULTS / f"{args.out}.png")
         return
     rows: list[dict[str, Any]] = []
     for name in args.models.split(","):
@@ -222,7 +280,9 @@ def main() -> None:
             continue
         rows += json.loads(done.stdout.strip().splitlines()[-1])
         _print([r for r in rows if r["model"] == name])
-        write_results(args.out, rows, note="CPU, one thread per process, shared machine (see load)")
+        write_results(
+            args.out, rows, note="CPU, one thread per process, shared machine (see load)", claims=claims(rows)
+        )
     plot(rows, RESULTS / f"{args.out}.png")
 
 

@@ -126,7 +126,15 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     model, inputs = c.model, c.inputs
     rows = methods(model, args)
     want = first_step(model, model, inputs)
-    equal = {m + c_: equal_to(want, first_step(model, f, inputs)) for m, c_, f, _ in rows}
+    equal: dict[str, bool] = {}
+    errors: dict[str, str] = {}
+    for m, c_, f, _ in rows:
+        try:
+            equal[m + c_] = equal_to(want, first_step(model, f, inputs))
+        except Exception as e:  # a partitioner whose graphs fail: reported, not timed
+            errors[m + c_] = f"{type(e).__name__}: {str(e)[:200]}"
+    failed = [r for r in rows if r[0] + r[1] in errors]
+    rows = [r for r in rows if r[0] + r[1] not in errors]
     blocks_peak = max(step_peak(model, rows[1][2], *inputs)[0] for _ in range(2))
     be = backend(budget=blocks_peak, solver=args.solver, inner="aot_eager", time_limit=args.time_limit)
     blocks_row = ("remat@blocks", "aot_eager", torch.compile(model, backend=be), be.partitioner)
@@ -143,7 +151,20 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                 peaks[i].append(peak)
                 times[i].append(seconds)
         load.append(os.getloadavg()[0])
-    out = []
+    out = [
+        {
+            "model": name,
+            "method": m,
+            "compiler": c_,
+            "peak": None,
+            "time": None,
+            "predicted_peak": None,
+            "grads_equal": False,
+            "fallback": False,
+            "error": errors[m + c_],
+        }
+        for m, c_, _, _ in failed
+    ]
     for i, (method, compiler, _, part) in enumerate(rows):
         solved = part.last if part is not None else None
         out.append(
@@ -183,6 +204,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                     and r["compiler"] == compiler
                     and r["method"].split("@")[0] == family
                     and not r["fallback"]
+                    and r["peak"] is not None
                 ]
                 if pts:
                     pts.sort()
@@ -205,6 +227,7 @@ def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
+        mine = [r for r in mine if r["peak"] is not None]
         dp = [r for r in mine if r["method"].startswith("torch-dp") and r["compiler"] == "aot_eager"]
         remat = [
             r
@@ -288,6 +311,9 @@ def main() -> None:
 
 def _print(rows: list[dict[str, Any]]) -> None:
     for r in rows:
+        if r["peak"] is None:
+            print(f"{r['model']:9} {r['method']:16} {r['compiler']:9} failed: {r['error']}", flush=True)
+            continue
         pred = f"{r['predicted_peak'] / 1e6:9.2f}" if r["predicted_peak"] is not None else " " * 9
         flag = " fallback" if r["fallback"] else ""
         print(

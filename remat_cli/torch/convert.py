@@ -105,6 +105,26 @@ def is_input_update(node: fx.Node) -> bool:
     )
 
 
+def conv_workspace(node: fx.Node) -> int:
+    """Bytes a CPU 2-D convolution (forward or backward) unfolds one sample into (im2col:
+    input channels per group x kernel x the larger of the input and output planes), none for
+    a pointwise convolution."""
+    if node.target not in (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default):
+        return 0
+    args = node.args
+    x, w = (args[0], args[1]) if node.target is torch.ops.aten.convolution.default else (args[1], args[2])
+    out = node.meta["val"]
+    out = out if isinstance(out, torch.Tensor) else args[0].meta["val"]
+    xv, wv = x.meta["val"], w.meta["val"]
+    if wv.dim() != 4 or xv.dim() != 4:
+        return 0
+    stride, padding = args[3 if node.target is torch.ops.aten.convolution.default else 4 : None][:2]
+    if wv.shape[2] * wv.shape[3] == 1 and all(s_ == 1 for s_ in stride) and not any(padding):
+        return 0
+    plane = max(xv.shape[2] * xv.shape[3], out.shape[2] * out.shape[3])
+    return int(wv.shape[1] * wv.shape[2] * wv.shape[3] * plane * xv.element_size())
+
+
 def _cost(node: fx.Node, read: int, written: int) -> float:
     packet = getattr(node.target, "overloadpacket", None)
     flops = 0
@@ -206,6 +226,7 @@ class _Builder:
                 inputs=inputs,
                 outputs=outputs,
                 cost=MIN_COST if view else _cost(node, read, written),
+                workspace=conv_workspace(node),
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
                 recomputable=not random
                 and not node.is_impure()

@@ -251,6 +251,31 @@ def build_model(
     # ---- U
     U = m.add_vars(0 if live_only else ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
     # ---- FREE: (t, i, k) for k ≤ t, i ∈ DEPS[k] ∪ {k}
+    free_t, free_i, free_k = _free_index(st, live_only)
+    FREE = m.add_vars(len(free_t), integer=True)
+
+    _add_retention(m, T, R, S)
+    _add_dependencies(m, st, R, S)
+    if not live_only:
+        _add_free_definition(m, st, R, S, FREE, free_t, free_i, free_k, free_form)
+
+    if tighten:
+        _add_dominance(m, st, R, S)
+    if "free_once" in cuts and not live_only:
+        _add_free_once(m, st, R, S, FREE, free_t, free_i)
+    if live_only:
+        _add_live_memory_chained(m, st, R, S, mem, wsp, cap)
+    elif "stage_end" in cuts or "instant" in cuts:
+        _add_live_memory(m, st, R, S, mem, wsp, cap, all_instants="instant" in cuts)
+
+    if not live_only:
+        _add_memory_recurrence(m, st, R, S, U, FREE, (free_t, free_i, free_k), mem, wsp, cap)
+    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+
+
+def _free_index(st: Stages, live_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (t, i, k) of the FREE variables: k ≤ t, i ∈ DEPS[k] ∪ {k} (none for the live-memory form)."""
+    T = st.T
     ft: list[np.ndarray] = []
     fi: list[np.ndarray] = []
     fk: list[np.ndarray] = []
@@ -263,9 +288,12 @@ def build_model(
     free_t = np.concatenate(ft) if ft else np.zeros(0, np.int64)
     free_i = np.concatenate(fi) if fi else np.zeros(0, np.int64)
     free_k = np.concatenate(fk) if fk else np.zeros(0, np.int64)
-    FREE = m.add_vars(len(free_t), integer=True)
+    return free_t, free_i, free_k
 
-    # eq. (11): S[t+1,i] − S[t,i] − R[t,i] ≤ 0   for t = 0..T−1, i ≤ t
+
+def _add_retention(m: LinearModel, T: int, R: np.ndarray, S: np.ndarray) -> None:
+    """Eq. (11): a value is kept into stage t+1 only if it was kept or computed in stage t."""
+    # S[t+1,i] − S[t,i] − R[t,i] ≤ 0   for t = 0..T−1, i ≤ t
     t_, i_ = np.tril_indices(T)
     n = len(t_)
     rows = np.arange(n)
@@ -279,7 +307,11 @@ def build_model(
         np.concatenate(rows_all), np.concatenate(cols), np.concatenate(vals), -np.inf, 0.0, count=n
     )
 
-    # eq. (12): R[t,k] − R[t,i] − S[t,i] ≤ 0 for each edge i → k and t ≥ k
+
+def _add_dependencies(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> None:
+    """Eq. (12): a node runs only when each input is computed or kept in the same stage."""
+    T = st.T
+    # R[t,k] − R[t,i] − S[t,i] ≤ 0 for each edge i → k and t ≥ k
     er, ec, ev = [], [], []
     nrow = 0
     for k in range(T):
@@ -299,112 +331,130 @@ def build_model(
             np.concatenate(er), np.concatenate(ec), np.concatenate(ev), -np.inf, 0.0, count=nrow
         )
 
-    if not live_only:
-        # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
-        #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
-        #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
-        nF = len(free_t)
-        hr, hc, hv = (
-            [np.arange(nF)] * 3,
-            [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
-            [
-                np.ones(nF),
-                -np.ones(nF),
-                np.ones(nF),
-            ],
+
+def _add_free_definition(
+    m: LinearModel,
+    st: Stages,
+    R: np.ndarray,
+    S: np.ndarray,
+    FREE: np.ndarray,
+    free_t: np.ndarray,
+    free_i: np.ndarray,
+    free_k: np.ndarray,
+    free_form: str,
+) -> None:
+    """Eq. (16): FREE[t,i,k] is the product R[t,k] (1 − S[t+1,i]) Π (1 − R[t,j]) over the users j
+    of i with k < j ≤ t, linearised as the hazard pair of the paper or as the product's bounds."""
+    T = st.T
+    # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
+    #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
+    #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
+    nF = len(free_t)
+    hr, hc, hv = (
+        [np.arange(nF)] * 3,
+        [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
+        [
+            np.ones(nF),
+            -np.ones(nF),
+            np.ones(nF),
+        ],
+    )
+    hr, hc, hv = list(hr), list(hc), list(hv)
+    users_cnt = np.zeros(nF, dtype=np.int64)
+    # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
+    by_i: dict[int, np.ndarray] = {}
+    order = np.argsort(free_i, kind="stable")
+    bounds = np.searchsorted(free_i[order], np.arange(T + 1))
+    for i in range(T):
+        by_i[i] = order[bounds[i] : bounds[i + 1]]
+    for i in range(T):
+        rows_i = by_i[i]
+        if not len(rows_i):
+            continue
+        for j in st.succs[i]:
+            sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
+            if len(sel_j):
+                hr.append(sel_j)
+                hc.append(R[_tri(free_t[sel_j], j)])
+                hv.append(np.ones(len(sel_j)))
+                users_cnt[sel_j] += 1
+    kappa = 2.0 + users_cnt
+    hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
+    if free_form == "hazard":
+        m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
+        hv_b = hv_a.copy()
+        hv_b[:nF] = kappa  # the first block is the FREE column itself
+        m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
+    else:
+        # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
+        # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
+        # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
+        nterm = len(hr_a)
+        pr = np.arange(nterm - nF)  # one row per non-FREE term
+        src = hr_a[nF:]
+        m.add_constraints(
+            np.concatenate([pr, pr]),
+            np.concatenate([FREE[src], hc_a[nF:]]),
+            np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
+            -np.inf,
+            np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
         )
-        hr, hc, hv = list(hr), list(hc), list(hv)
-        users_cnt = np.zeros(nF, dtype=np.int64)
-        # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
-        by_i: dict[int, np.ndarray] = {}
-        order = np.argsort(free_i, kind="stable")
-        bounds = np.searchsorted(free_i[order], np.arange(T + 1))
-        for i in range(T):
-            by_i[i] = order[bounds[i] : bounds[i + 1]]
-        for i in range(T):
-            rows_i = by_i[i]
-            if not len(rows_i):
-                continue
-            for j in st.succs[i]:
-                sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
-                if len(sel_j):
-                    hr.append(sel_j)
-                    hc.append(R[_tri(free_t[sel_j], j)])
-                    hv.append(np.ones(len(sel_j)))
-                    users_cnt[sel_j] += 1
-        kappa = 2.0 + users_cnt
-        hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
-        if free_form == "hazard":
-            m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
-            hv_b = hv_a.copy()
-            hv_b[:nF] = kappa  # the first block is the FREE column itself
-            m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
-        else:
-            # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
-            # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
-            # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
-            nterm = len(hr_a)
-            pr = np.arange(nterm - nF)  # one row per non-FREE term
-            src = hr_a[nF:]
-            m.add_constraints(
-                np.concatenate([pr, pr]),
-                np.concatenate([FREE[src], hc_a[nF:]]),
-                np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
-                -np.inf,
-                np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
-            )
 
-    if tighten:
-        _add_dominance(m, st, R, S)
-    if "free_once" in cuts and not live_only:
-        _add_free_once(m, st, R, S, FREE, free_t, free_i)
-    if live_only:
-        _add_live_memory_chained(m, st, R, S, mem, wsp, cap)
-    elif "stage_end" in cuts or "instant" in cuts:
-        _add_live_memory(m, st, R, S, mem, wsp, cap, all_instants="instant" in cuts)
 
-    if not live_only:
-        # eqs. (13)–(15): memory recurrence, one equality per (t, k)
-        ur, uc, uv = [], [], []
-        t_, k_ = np.tril_indices(T)
-        n = len(t_)
-        rows = np.arange(n)
-        ur += [rows, rows]
-        uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
-        uv += [np.ones(n), -mem[k_].astype(float)]
-        first = k_ == 0
-        later = ~first
-        # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
-        ur.append(rows[later])
-        uc.append(U[_tri(t_[later], k_[later] - 1)])
-        uv.append(-np.ones(int(later.sum())))
-        row_of = {}  # (t, k) → row
-        row_id = _tri(t_, k_)  # rows are numbered like the triangle
-        assert np.array_equal(row_id, rows)
-        del row_of
-        nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
-        ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
-        uc.append(FREE[nxt])
-        uv.append(mem[free_i[nxt]].astype(float))
-        # k = 0: − Σ_{i<t} M_i S[t,i]
-        tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
-        ur.append(_tri(tS, 0))
-        uc.append(S[_stri(tS, iS)])
-        uv.append(-mem[iS].astype(float))
-        m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
+def _add_memory_recurrence(
+    m: LinearModel,
+    st: Stages,
+    R: np.ndarray,
+    S: np.ndarray,
+    U: np.ndarray,
+    FREE: np.ndarray,
+    free_tik: tuple[np.ndarray, np.ndarray, np.ndarray],
+    mem: np.ndarray,
+    wsp: np.ndarray,
+    cap: float,
+) -> None:
+    """Eqs. (13)–(15): U[t,k], the memory after computing node k in stage t, as a recurrence over
+    k, and the memory at each compute instant within the capacity."""
+    T = st.T
+    free_t, free_i, free_k = free_tik
+    # eqs. (13)–(15): memory recurrence, one equality per (t, k)
+    ur, uc, uv = [], [], []
+    t_, k_ = np.tril_indices(T)
+    n = len(t_)
+    rows = np.arange(n)
+    ur += [rows, rows]
+    uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
+    uv += [np.ones(n), -mem[k_].astype(float)]
+    first = k_ == 0
+    later = ~first
+    # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
+    ur.append(rows[later])
+    uc.append(U[_tri(t_[later], k_[later] - 1)])
+    uv.append(-np.ones(int(later.sum())))
+    row_id = _tri(t_, k_)  # rows are numbered like the triangle
+    assert np.array_equal(row_id, rows)
+    nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
+    ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
+    uc.append(FREE[nxt])
+    uv.append(mem[free_i[nxt]].astype(float))
+    # k = 0: − Σ_{i<t} M_i S[t,i]
+    tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
+    ur.append(_tri(tS, 0))
+    uc.append(S[_stri(tS, iS)])
+    uv.append(-mem[iS].astype(float))
+    m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
 
-        # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
-        wk = wsp[k_] > 0
-        if wk.any():
-            r = np.arange(int(wk.sum()))
-            m.add_constraints(
-                np.concatenate([r, r]),
-                np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
-                np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
-                -np.inf,
-                cap,
-            )
-    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+    # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
+    wk = wsp[k_] > 0
+    if wk.any():
+        r = np.arange(int(wk.sum()))
+        m.add_constraints(
+            np.concatenate([r, r]),
+            np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
+            np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
+            -np.inf,
+            cap,
+        )
 
 
 def _add_free_once(

@@ -97,7 +97,8 @@ How the pieces fit:
 """
 
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs, structural_pairs
-from remat_cli.solvers.hilp.model import build_instance, decode, flatten, hilp_model, trivial
+from remat_cli.solvers.hilp.instance import build_instance
+from remat_cli.solvers.hilp.model import decode, flatten, hilp_model, trivial
 from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, _Solve
 from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
 from remat_cli.solvers.hilp.units import Unit, atomic, canonical, follow, measure, refine

@@ -22,7 +22,8 @@ from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverRes
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
 from remat_cli.solvers.hilp.flatstart import FLAT_SHARE, WholeGraph, _names
 from remat_cli.solvers.hilp.hpartition import LevelGraph, h_partition
-from remat_cli.solvers.hilp.model import Instance, build_instance, flatten, trivial
+from remat_cli.solvers.hilp.instance import Instance, build_instance
+from remat_cli.solvers.hilp.model import flatten, trivial
 from remat_cli.solvers.hilp.portfolio import Portfolio
 from remat_cli.solvers.hilp.subgraphs import Job, run_jobs, solve_instance
 from remat_cli.solvers.hilp.units import (

@@ -99,7 +99,7 @@ How the pieces fit:
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs, structural_pairs
 from remat_cli.solvers.hilp.instance import build_instance
 from remat_cli.solvers.hilp.model import decode, flatten, hilp_model, trivial
-from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, _Solve
+from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, HilpRun
 from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
 from remat_cli.solvers.hilp.units import Unit, atomic, canonical, follow, measure, refine
 from remat_cli.solvers.hilp.warmstart import flat_hint, recompute_hint, sequential_hint, sequential_x
@@ -110,7 +110,7 @@ __all__ = [
     "HILP",
     "Ctx",
     "Unit",
-    "_Solve",
+    "HilpRun",
     "atomic",
     "build_instance",
     "canonical",

@@ -34,7 +34,7 @@ FLAT_OTHER = 0.1
 FLAT_OTHER_REPRODUCIBLE = 2.0
 
 
-def _names(p: dict[str, Any], key: str) -> list[str]:
+def solver_names(p: dict[str, Any], key: str) -> list[str]:
     """The solver names of a comma-separated option (--flat-start, --leaf-solvers)."""
     return [n for n in str(p.get(key) or "").split(",") if n]
 
@@ -78,7 +78,7 @@ class WholeGraph:
         H-ILP's own top 70.7%). The refined top is cut along it (:func:`follow`) and starts from
         it (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""
         self.flat_seq = []
-        named = _names(self.p, "flat_start")
+        named = solver_names(self.p, "flat_start")
         from remat_cli import registry
 
         found: tuple[float, list[Step], int, str] | None = None
@@ -269,7 +269,7 @@ class WholeGraph:
             return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
         if self.fitting_hint is not None:
             return  # the hint is reported at once (flat_schedule), and the last resort
-        if "fastsa" in _names(self.p, "flat_start"):
+        if "fastsa" in solver_names(self.p, "flat_start"):
             return  # the flat fastsa reports its incumbents within seconds (flat_schedule)
         left = min(5.0, self.limit) if self.limit is not None else 5.0
         sub = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2)  # held to it (flat_schedule)

@@ -70,10 +70,10 @@ from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, _gurobi_status, _solve_gurob
 from remat_cli.milp.mathopt import (
     LOAD_SECONDS_PER_NONZERO,
     PROTO_SECONDS_PER_NONZERO,
-    _solve_mathopt,
     lagrangian_bound,
     model_proto,
     setup_seconds,
+    solve_mathopt,
 )
 from remat_cli.milp.model import (
     BACKENDS,
@@ -161,7 +161,7 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
             elif b == "gurobi":
                 res = _solve_gurobi(model, s, left)
             else:
-                res = _solve_mathopt(model, s, b, left)
+                res = solve_mathopt(model, s, b, left)
         except EngineError as e:
             notes.append(f"{b}: {e}")
             continue
@@ -197,7 +197,7 @@ def _solve_in_child(model: LinearModel, s: EngineSettings, backend: str, left: f
             res = (
                 _solve_gurobi(model, s, left)
                 if backend == "gurobi"
-                else _solve_mathopt(model, s, backend, left)
+                else solve_mathopt(model, s, backend, left)
             )
             send.send(("ok", res))
         except EngineError as e:

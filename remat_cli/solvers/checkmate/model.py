@@ -121,12 +121,12 @@ def stages_of(graph: Graph, budget: int) -> Stages:
     )
 
 
-def _tri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+def tri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
     """Index of (t, i), i ≤ t, in a row-major lower triangle with diagonal."""
     return t * (t + 1) // 2 + i
 
 
-def _stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+def stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
     """Index of (t, i), i < t, in a row-major strict lower triangle (rows 1..T)."""
     return t * (t - 1) // 2 + i
 
@@ -135,9 +135,9 @@ def _stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
 class CheckmateModel:
     stages: Stages
     model: LinearModel
-    R: np.ndarray  # column of R[t,i] at _tri(t,i)
-    S: np.ndarray  # column of S[t,i] at _stri(t,i), t = 1..T
-    U: np.ndarray  # column of U[t,k] at _tri(t,k)
+    R: np.ndarray  # column of R[t,i] at tri(t,i)
+    S: np.ndarray  # column of S[t,i] at stri(t,i), t = 1..T
+    U: np.ndarray  # column of U[t,k] at tri(t,k)
     free_t: np.ndarray  # the (t, i, k) of each FREE column, in column order
     free_i: np.ndarray
     free_k: np.ndarray
@@ -160,7 +160,7 @@ class CheckmateModel:
         out = np.zeros((T + 1, T), dtype=bool)
         t, i = np.tril_indices(T + 1, -1)
         t, i = t[t >= 1], i[t >= 1]
-        out[t, i] = x[self.S[_stri(t, i)]] > 0.5
+        out[t, i] = x[self.S[stri(t, i)]] > 0.5
         return out
 
     def vector(self, S: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -169,10 +169,10 @@ class CheckmateModel:
         T = st.T
         x = np.zeros(self.model.num_vars)
         t, i = np.tril_indices(T)
-        x[self.R[_tri(t, i)]] = R[t, i]
+        x[self.R[tri(t, i)]] = R[t, i]
         t2, i2 = np.tril_indices(T + 1, -1)
         sel = t2 >= 1
-        x[self.S[_stri(t2[sel], i2[sel])]] = S[t2[sel], i2[sel]]
+        x[self.S[stri(t2[sel], i2[sel])]] = S[t2[sel], i2[sel]]
         # FREE[t,i,k] = R[t,k] (1 − S[t+1,i]) Π_{j ∈ USERS[i], k<j≤t} (1 − R[t,j])
         fv = np.zeros(len(self.FREE))
         for n, (tt, ii, kk) in enumerate(zip(self.free_t, self.free_i, self.free_k, strict=True)):
@@ -185,7 +185,7 @@ class CheckmateModel:
             u = float(S[tt, :tt] @ st.mem[:tt]) if tt else 0.0
             for k in range(tt + 1):
                 u += R[tt, k] * st.mem[k]
-                x[self.U[_tri(tt, k)]] = u / self.unit
+                x[self.U[tri(tt, k)]] = u / self.unit
                 u -= freed[tt, k]
         return x
 
@@ -297,11 +297,11 @@ def _add_retention(m: LinearModel, T: int, R: np.ndarray, S: np.ndarray) -> None
     t_, i_ = np.tril_indices(T)
     n = len(t_)
     rows = np.arange(n)
-    cols = [S[_stri(t_ + 1, i_)], R[_tri(t_, i_)]]
+    cols = [S[stri(t_ + 1, i_)], R[tri(t_, i_)]]
     vals = [np.ones(n), -np.ones(n)]
     has_prev = i_ < t_
     rows_all = [rows, rows, rows[has_prev]]
-    cols.append(S[_stri(t_[has_prev], i_[has_prev])])
+    cols.append(S[stri(t_[has_prev], i_[has_prev])])
     vals.append(-np.ones(int(has_prev.sum())))
     m.add_constraints(
         np.concatenate(rows_all), np.concatenate(cols), np.concatenate(vals), -np.inf, 0.0, count=n
@@ -319,11 +319,11 @@ def _add_dependencies(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) 
         for i in st.preds[k]:
             r = np.arange(nrow, nrow + len(tk))
             er += [r, r]
-            ec += [R[_tri(tk, k)], R[_tri(tk, i)]]
+            ec += [R[tri(tk, k)], R[tri(tk, i)]]
             ev += [np.ones(len(tk)), -np.ones(len(tk))]
             # S[t,i] exists for t ≥ 1 > i, always true here since i < k ≤ t
             er.append(r)
-            ec.append(S[_stri(tk, i)])
+            ec.append(S[stri(tk, i)])
             ev.append(-np.ones(len(tk)))
             nrow += len(tk)
     if nrow:
@@ -352,7 +352,7 @@ def _add_free_definition(
     nF = len(free_t)
     hr, hc, hv = (
         [np.arange(nF)] * 3,
-        [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
+        [FREE, R[tri(free_t, free_k)], S[stri(free_t + 1, free_i)]],
         [
             np.ones(nF),
             -np.ones(nF),
@@ -375,7 +375,7 @@ def _add_free_definition(
             sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
             if len(sel_j):
                 hr.append(sel_j)
-                hc.append(R[_tri(free_t[sel_j], j)])
+                hc.append(R[tri(free_t[sel_j], j)])
                 hv.append(np.ones(len(sel_j)))
                 users_cnt[sel_j] += 1
     kappa = 2.0 + users_cnt
@@ -423,24 +423,24 @@ def _add_memory_recurrence(
     n = len(t_)
     rows = np.arange(n)
     ur += [rows, rows]
-    uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
+    uc += [U[tri(t_, k_)], R[tri(t_, k_)]]
     uv += [np.ones(n), -mem[k_].astype(float)]
     first = k_ == 0
     later = ~first
     # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
     ur.append(rows[later])
-    uc.append(U[_tri(t_[later], k_[later] - 1)])
+    uc.append(U[tri(t_[later], k_[later] - 1)])
     uv.append(-np.ones(int(later.sum())))
-    row_id = _tri(t_, k_)  # rows are numbered like the triangle
+    row_id = tri(t_, k_)  # rows are numbered like the triangle
     assert np.array_equal(row_id, rows)
     nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
-    ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
+    ur.append(tri(free_t[nxt], free_k[nxt] + 1))
     uc.append(FREE[nxt])
     uv.append(mem[free_i[nxt]].astype(float))
     # k = 0: − Σ_{i<t} M_i S[t,i]
     tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
-    ur.append(_tri(tS, 0))
-    uc.append(S[_stri(tS, iS)])
+    ur.append(tri(tS, 0))
+    uc.append(S[stri(tS, iS)])
     uv.append(-mem[iS].astype(float))
     m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
 
@@ -450,7 +450,7 @@ def _add_memory_recurrence(
         r = np.arange(int(wk.sum()))
         m.add_constraints(
             np.concatenate([r, r]),
-            np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
+            np.concatenate([U[tri(t_[wk], k_[wk])], R[tri(t_[wk], k_[wk])]]),
             np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
             -np.inf,
             cap,
@@ -474,13 +474,13 @@ def _add_free_once(
     ≤ 1 − R[t,j] and FREE[t,i,j] ≤ R[t,j] sum to 1 for R[t,j] = ½), which undercounts memory.
     """
     T = st.T
-    t_, i_ = np.tril_indices(T)  # i ≤ t; the row of (t, i) is _tri(t, i)
+    t_, i_ = np.tril_indices(T)  # i ≤ t; the row of (t, i) is tri(t, i)
     n = len(t_)
     rows = np.arange(n)
     has_prev = i_ < t_
     m.add_constraints(
-        np.concatenate([_tri(free_t, free_i), rows, rows, rows[has_prev]]),
-        np.concatenate([FREE, S[_stri(t_ + 1, i_)], R[_tri(t_, i_)], S[_stri(t_[has_prev], i_[has_prev])]]),
+        np.concatenate([tri(free_t, free_i), rows, rows, rows[has_prev]]),
+        np.concatenate([FREE, S[stri(t_ + 1, i_)], R[tri(t_, i_)], S[stri(t_[has_prev], i_[has_prev])]]),
         np.concatenate([np.ones(len(FREE)), np.ones(n), -np.ones(n), -np.ones(int(has_prev.sum()))]),
         -np.inf,
         0.0,
@@ -520,11 +520,11 @@ def _add_live_memory(
         for k in ks:
             const = float(mem[:k][in_pt[:k]].sum())
             i_s1 = np.flatnonzero(~in_pt[:k])
-            cols = [S[_stri(t + 1, i_s1)], [R[_tri(t, k)]]]
+            cols = [S[stri(t + 1, i_s1)], [R[tri(t, k)]]]
             vals = [mem[i_s1], [mem[k] + wsp[k]]]
             if k < t:
                 i_s = np.arange(k, t)
-                cols.append(S[_stri(t, i_s)])
+                cols.append(S[stri(t, i_s)])
                 vals.append(mem[i_s])
             c = np.concatenate(cols)
             rc.append(c)
@@ -566,7 +566,7 @@ def _add_live_memory_chained(
     coef = np.where(in_p[ta, ka - 1], 0.0, memf[ka - 1])
     m.add_constraints(
         np.concatenate([r, r, r]),
-        np.concatenate([A[_tri(ta, ka)], A[_tri(ta, ka - 1)], S[_stri(ta + 1, ka - 1)]]),
+        np.concatenate([A[tri(ta, ka)], A[tri(ta, ka - 1)], S[stri(ta + 1, ka - 1)]]),
         np.concatenate([np.ones(n), -np.ones(n), -coef]),
         0.0,
         np.inf,
@@ -579,7 +579,7 @@ def _add_live_memory_chained(
     r = np.arange(n)
     m.add_constraints(
         np.concatenate([r, r, r]),
-        np.concatenate([B[_tri(tb, kb)], B[_tri(tb, kb + 1)], S[_stri(tb, kb + 1)]]),
+        np.concatenate([B[tri(tb, kb)], B[tri(tb, kb + 1)], S[stri(tb, kb + 1)]]),
         np.concatenate([np.ones(n), -np.ones(n), -memf[kb + 1]]),
         0.0,
         np.inf,
@@ -593,7 +593,7 @@ def _add_live_memory_chained(
     has_s = k_ < t_
     m.add_constraints(
         np.concatenate([r, r, r, r[has_s]]),
-        np.concatenate([A[_tri(t_, k_)], B[_tri(t_, k_)], R[_tri(t_, k_)], S[_stri(t_[has_s], k_[has_s])]]),
+        np.concatenate([A[tri(t_, k_)], B[tri(t_, k_)], R[tri(t_, k_)], S[stri(t_[has_s], k_[has_s])]]),
         np.concatenate([np.ones(n), np.ones(n), memf[k_] + wsp[k_], memf[k_[has_s]]]),
         -np.inf,
         cap - c_tk,
@@ -627,13 +627,13 @@ def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> 
         for j in st.succs[i]:
             ts = np.arange(j, T)
             ur.append(row_of[ts, i])
-            uc.append(R[_tri(ts, j)])
+            uc.append(R[tri(ts, j)])
     users_r = np.concatenate(ur) if ur else np.zeros(0, np.int64)
     users_c = np.concatenate(uc) if uc else np.zeros(0, np.int64)
-    for own in (R[_tri(t_, i_)], S[_stri(t_, i_)]):
+    for own in (R[tri(t_, i_)], S[stri(t_, i_)]):
         m.add_constraints(
             np.concatenate([rows, rows, users_r]),
-            np.concatenate([own, S[_stri(t_ + 1, i_)], users_c]),
+            np.concatenate([own, S[stri(t_ + 1, i_)], users_c]),
             np.concatenate([np.ones(n), -np.ones(n), -np.ones(len(users_r))]),
             -np.inf,
             0.0,
@@ -641,7 +641,7 @@ def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> 
         )
     m.add_constraints(
         np.concatenate([rows, rows]),
-        np.concatenate([R[_tri(t_, i_)], S[_stri(t_, i_)]]),
+        np.concatenate([R[tri(t_, i_)], S[stri(t_, i_)]]),
         1.0,
         -np.inf,
         1.0,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
+from remat_cli.solvers.greedy.arrays import Abandon, Arrays
 
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64
@@ -38,7 +38,7 @@ def _projected_cost(
     stamp: int,
     stack: np.ndarray,
 ) -> tuple[float, float]:
-    """The e* walk of `_run`'s projected_cost, compiled: a depth-first search over the inputs of
+    """The e* walk of `run_dtr`'s projected_cost, compiled: a depth-first search over the inputs of
     the producers to rebuild, `seen[w] == stamp` marking the values visited in this call."""
     total, kept = c0[v], 0.0
     seen[v] = stamp
@@ -68,8 +68,8 @@ def _projected_cost(
     return total, kept
 
 
-def _run(
-    a: _Arrays,
+def run_dtr(
+    a: Arrays,
     threshold: float,
     variant: str,
     stop: Callable[[], bool] | None = None,
@@ -77,7 +77,7 @@ def _run(
 ) -> tuple[list[int], int]:
     """One DTR pass with eviction threshold `threshold`; returns (compute sequence of node
     indices, peak of this simulation, which bounds the decoded schedule's peak from above).
-    Abandoned (_Abandon) once the sequence costs more than `bound`, the cheapest schedule within
+    Abandoned (Abandon) once the sequence costs more than `bound`, the cheapest schedule within
     the budget found so far: it could not win (branch and bound)."""
     nv = len(a.size)
     live = a.resident.copy()
@@ -196,7 +196,7 @@ def _run(
             return -1
         if not estar:
             return int(cand[np.argmin(h0)])
-        order = _smallest(h0, ESTAR_TOP)
+        order = smallest(h0, ESTAR_TOP)
         best, best_h = int(cand[order[0]]), inf
         for j in order[:ESTAR_TOP]:
             if h0[j] >= best_h:
@@ -226,7 +226,7 @@ def _run(
         nonlocal mem, peak, clock, spent
         spent += a.cost[n]
         if spent > bound:
-            raise _Abandon
+            raise Abandon
         for o in a.outs[n]:
             if live[o]:  # a sibling of the value being rematerialized: rebuilt by this compute
                 live[o] = False
@@ -252,7 +252,7 @@ def _run(
         clock += 1.0
         seq.append(n)
         if len(seq) > cap or (stop is not None and len(seq) % 64 == 0 and stop()):
-            raise _Abandon
+            raise Abandon
 
     def open_frame(n: int) -> list:
         # lock the inputs that are live now, so making the others live cannot evict them
@@ -312,7 +312,7 @@ def _run(
     return seq, int(round(peak))
 
 
-def _smallest(h: np.ndarray, k: int) -> np.ndarray:
+def smallest(h: np.ndarray, k: int) -> np.ndarray:
     """``np.argsort(h, kind="stable")[:k]`` in O(len(h)) rather than O(len(h) log len(h)): the
     eviction scan calls this once per eviction (issue 20, scale)."""
     if k >= len(h):

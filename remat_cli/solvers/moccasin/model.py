@@ -31,7 +31,7 @@ Conventions of this implementation (each is a relabelling, not a change of the m
   reduce the capacity to M − resident.
 - **Integer data.** CP-SAT is integral: memory is divided by the gcd of all sizes (exact), and
   durations w_v are scaled to integers preserving their ratios (exact for costs with at most
-  six decimals, otherwise rounded at 1e-6 of the largest cost; `_integer_costs`).
+  six decimals, otherwise rounded at 1e-6 of the largest cost; `integer_costs`).
 - **Stage numbering.** Staged events are numbered n·J + k instead of eq. (11)'s
   J(J−1)/2 + k + 1 (same events, same order, plus empty ones), so a copy's start is affine in
   its stage variable J (see `_Space`).
@@ -68,7 +68,7 @@ from remat_cli.graph import NodeView
 Interval = tuple[int, int]
 
 
-def _integer_costs(costs: Sequence[float]) -> tuple[list[int], float]:
+def integer_costs(costs: Sequence[float]) -> tuple[list[int], float]:
     """Durations w_v as integers with the same ratios, and the factor back to the input units.
 
     Costs with up to six decimals are scaled exactly (then divided by their gcd); anything else
@@ -131,7 +131,7 @@ Expr = cp_model.LinearExprT
 
 
 @dataclass
-class _Model:
+class Model:
     """CP-SAT variables of eqs. (1)–(13) and the data they were built from."""
 
     model: cp_model.CpModel
@@ -153,9 +153,9 @@ class _Model:
     duration: cp_model.LinearExpr
 
 
-def _build(
+def build_model(
     view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, staged: bool, precedence: str
-) -> _Model:
+) -> Model:
     nodes = list(view.needed_index)
     local = {v: k for k, v in enumerate(nodes)}
     n = len(nodes)
@@ -302,6 +302,6 @@ def _build(
                 else:
                     model.add(s[k][i] <= present).only_enforce_if(a[k][i])
     duration = sum(w[k] * x for k in range(n) for x in a[k])  # eq. (1)
-    return _Model(
+    return Model(
         model, space, nodes, mem, ws, w, preds, keep, s, stage, e, size, a, absent, cover, m_var, duration
     )

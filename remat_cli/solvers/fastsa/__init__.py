@@ -47,7 +47,7 @@ state within the budget, the rest of it is re-heated from its least peak with tw
 until the budget is met: recomputation chains (``chain``: an add also recomputes, just before it,
 the inputs it would otherwise keep alive, recursively, and a remove also drops the input
 computations it leaves unused, each as one mutation, see
-:func:`remat_cli.solvers.fastsa.kernel.mutations._plan_chain`) and the logaddexp soft peak of
+:func:`remat_cli.solvers.fastsa.kernel.mutations.plan_chain`) and the logaddexp soft peak of
 App. C.2 as M in the objective. On PyTorch ONNX exports a backward op's activation is recomputed
 through a chain of small ops (Gemm, Relu; Conv, BatchNormalization, Relu), which single adds only
 build through states of equal memory and higher cost, and the peak is a plateau of many time

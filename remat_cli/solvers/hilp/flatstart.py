@@ -1,6 +1,6 @@
 """The H-ILP's whole-graph schedules: the flat start it is cut along and starts from, the
 early incumbent and the fallbacks it competes with (issue 18; HiREmate's "framework of
-solvers", §3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver._Solve`.
+solvers", §3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver.HilpRun`.
 """
 
 from __future__ import annotations

@@ -42,13 +42,12 @@ force in tests/test_checkmate.py, also without any warm start):
          only when present and not carried on (:func:`_add_free_once`).
   V2     a knapsack row per stage on the blocks that must be live when node t runs: the inputs
          of t and every block carried into stage t+1 (:func:`_add_live_memory`).
-  Each of V1, V2 lifts the root LP bound of RL n100 at 80% from 0.83% to 1.21% overhead (the
-  optimum is 2.30%), after which reduced-cost fixing with a good incumbent shrinks the model to
-  a few thousand columns within the root node.
+  Each of V1, V2 lifts the root LP bound, after which reduced-cost fixing with a good incumbent
+  shrinks the model to a few thousand columns within the root node.
 Warm start (:func:`.warm_start.warm_start_steps`): besides greedy and the baseline, a short run of the
 staged Moccasin CP (Moccasin §2.3), whose schedules lie in the same stage space; it is what
 gives the MILP a near-optimal incumbent from the start. Engine: SCIP by default, which proves
-the bench optima 2–3× faster than HiGHS once V1/V2 are in (bench/results/checkmate.json).
+the bench optima faster than HiGHS once V1/V2 are in.
 """
 
 from __future__ import annotations

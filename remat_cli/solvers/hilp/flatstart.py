@@ -1,6 +1,6 @@
 """The H-ILP's whole-graph schedules: the flat start it is cut along and starts from, the
-early incumbent and the fallbacks it competes with (issue 18; HiREmate's "framework of
-solvers", §3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver.HilpRun`.
+early incumbent and the fallbacks it competes with (HiREmate's "framework of solvers",
+§3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver.HilpRun`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from remat_cli.solvers.hilp.portfolio import FALLBACK
 from remat_cli.solvers.hilp.units import Unit, flat_option
 
 #: nominal share of the time limit for the whole-graph solvers of ``flat_start``: the hierarchy's
-#: nominal shares are taken of the rest (:meth:`_Solve.span`). fastsa runs as it would alone
+#: nominal shares are taken of the rest (:meth:`Levels.span`). fastsa runs as it would alone
 #: with the whole limit (its iteration budget and its own clock check), so that the H-ILP starts
-#: where fastsa alone ends (issue 18: with a quarter of the limit's iterations,
-#: torch_resnet_train at 70% started from 1.24% where fastsa alone ends at 0.36%); on one core
-#: it used 12 s of 60 on the ONNX exports of 371-627 nodes
+#: where fastsa alone ends (with a share of the limit's iterations it starts well above that)
 FLAT_SHARE = 0.3
 #: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
 #: one worker), at most what fastsa left of it (and 1 s at least)
@@ -262,7 +260,7 @@ class WholeGraph:
 
     def early_incumbent(self) -> None:
         """Greedy's schedule as an incumbent at once: the hierarchy's leaf ILPs may use up the
-        whole time limit, and a watchdog then returns the last incumbent (issue 20)."""
+        whole time limit, and a watchdog then returns the last incumbent."""
         from remat_cli import registry
 
         if self.opt.on_incumbent is None or self.p.get("fallback") == "none":

@@ -107,19 +107,14 @@ class HILP(Solver):
             "whole-graph solvers run first, comma-separated (fastsa as it runs alone in the whole "
             "limit, about a fifth of it; each other one 10% of the limit); the "
             "cheapest schedule within budget is the one the refined top is cut along and starts "
-            "from, and gives every top-level layer one more option (empty: none; issue 18: on "
-            "the ONNX training graphs at 50% and 70% the H-ILP's own schedule went from 2-37x "
-            "fastsa's overhead to fastsa's, e.g. torch_unet_train at 50% 310% -> 8.3%; moccasin's "
-            "fixed-order schedule of torch_transformer_train at 70% costs 1.39% where fastsa's "
-            "costs 2.29%)",
+            "from, and gives every top-level layer one more option (empty: none)",
         ),
         Param(
             "windows",
             int,
             40,
             "stages per window of Checkmate's model in the flat start's order, re-solved with the "
-            "rest of that schedule fixed, half the time after it (0: off; issue 18: "
-            "torch_unet_train at 50%, fastsa's 60 s schedule 8.27% -> 7.89% in 20 s, where fastsa given those 20 s reaches 7.88%)",
+            "rest of that schedule fixed, half the time after it (0: off)",
             low=0,
             high=100000,
         ),
@@ -198,9 +193,9 @@ class HilpRun(Levels):
         self.started = time.monotonic()
         fallback = params.get("fallback") != "none"
         #: with two workers or more the whole-graph fallbacks run beside the H-ILPs in a process
-        #: of their own over the whole time limit (issue 18: at 15% of the limit after them,
-        #: fastsa's schedule of torch_resnet_train at 70% cost 1.16% against its own 0.36% at
-        #: the full limit); with one worker (deterministic) they follow the H-ILPs
+        #: of their own over the whole time limit (with a share of the limit after them fastsa
+        #: ends well above its own schedule at the full limit); with one worker (deterministic)
+        #: they follow the H-ILPs
         self.parallel = fallback and options.workers >= 2 and self.limit is not None
         #: share of the time limit for the H-ILPs: 15% stays for sequential fallbacks
         self.ilp_share = 0.85 if fallback and not self.parallel else 1.0

@@ -352,7 +352,7 @@ def flat_vector(
     inst: Instance, model: LinearModel, seq: Sequence[str], prefer: Sequence[int | None] | None = None
 ) -> np.ndarray | None:
     """A whole-graph schedule (its compute sequence `seq`, e.g. fastsa's) as a start of the
-    H-ILP (issue 18: a flat schedule translated into the top H-ILP's MIP start). Phase t
+    H-ILP (a flat schedule translated into the top H-ILP's MIP start). Phase t
     computes item t (the instance's order, :func:`remat_cli.solvers.hilp.units.follow`); a
     computation in `seq` of an item already run in full is a recomputation in the phase of the
     first item `seq` has not yet run in full (the whole item: the H-ILP has no finer grain),

@@ -1,4 +1,4 @@
-"""Windows: the flat start improved by exact ILPs over stretches of its own order (issue 18; our
+"""Windows: the flat start improved by exact ILPs over stretches of its own order (our
 addition to HiREmate's "framework of solvers", §3.2.1).
 
 The H-ILP's leaves are RK-Checkmate (Gusak et al., App. B): Checkmate's MILP (Jain et al., eqs.

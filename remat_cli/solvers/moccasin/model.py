@@ -40,13 +40,13 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 - **Starting points** (none from the paper). Phase 2 starts from the cheapest memory-feasible
   candidate among ``--hint``, the `greedy` solver (when installed; when its schedule does not fit once
   repaired, its split strategies run one by one at 98.5%, 97%, 95% of the budget until one fits), the baseline and a staged eviction heuristic
-  (`_staged_eviction`). A schedule with more than C_v computations of a node is cut to C_v and
-  rid of recomputations the budget does not need (`_repair`); one that ends up at most 5% over
-  the budget is brought within it by splitting intervals (`_lower_peak`). This is what closes
-  the tight rows of Table 3 in 120 s on 2 cores: CP-SAT's search on these models is slowed by
-  the cumulative over ~2n intervals (at n = 1000, one LNS neighbourhood takes 10-30 s of wall
-  time for 0.1 s of deterministic time), so the start matters more than the search. Phase 1
-  runs only when none fits, from the lowest-peak one, and its result is pruned by `_repair`.
+  (`staged_eviction`). A schedule with more than C_v computations of a node is cut to C_v and
+  rid of recomputations the budget does not need (`repair_sequence`); one that ends up at most 5% over
+  the budget is brought within it by splitting intervals (`lower_peak`). This is what closes
+  the tight rows of Table 3: CP-SAT's search on these models is slowed by the cumulative over
+  ~2n intervals (on large graphs one LNS neighbourhood takes seconds of wall time), so the start
+  matters more than the search. Phase 1
+  runs only when none fits, from the lowest-peak one, and its result is pruned by `repair_sequence`.
 - **Decoding.** Present intervals sorted by start give the compute sequence; the shared
   ``steps_from_sequence`` frees every value right after its last use, which never uses more
   memory than the intervals retained, so the simulator confirms the budget.

@@ -56,6 +56,7 @@ from remat_cli.solvers.fastsa.kernel.structures import (
     ROTATE,
     UB,
     WS,
+    helper_jit,
     jit,
     lae2,
     lower_bound,
@@ -99,6 +100,138 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 
 
 # ---------------------------------------------------------------------------------------------
+# parts of one iteration of sa_chunk (``helper_jit``: no reference counting of the state's arrays
+# on each call; they allocate nothing, so the rotation's undo, move_node, stays in sa_chunk)
+
+
+@helper_jit
+def _rotation_window(n: int, t1: int, T: int, NI: np.ndarray, PU: np.ndarray,
+                     pred_idx: np.ndarray) -> tuple[int, int]:  # fmt: skip
+    """The window (lo, hi) where a rotation of n from t1 can be valid (§2.2): after the first
+    productions of its inputs, before the first use of n after t1 (or T).
+
+    With probability ``local`` sa_chunk draws the times of a mutation where it can be valid and
+    useful instead of uniformly over [0, T) (a deviation from §2.2 that only changes the proposal
+    distribution): an add of n goes uniformly between a use u of n (drawn uniformly) and the
+    production of n that u reads, i.e. a recomputation just before some use; a rotation moves n
+    uniformly within this window, exactly where the §2.2 conditions can hold."""
+    lo = -1
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
+            lo = PU[NI[q, PB]]
+    hi = T
+    ub = NI[n, UB]
+    nu = NI[n, NU]
+    j = lower_bound(PU, ub, ub + nu, t1 + 1)
+    if j < ub + nu:
+        hi = PU[j]
+    return lo, hi
+
+
+@helper_jit
+def _add_chain(nch: int, ch_n: np.ndarray, ch_t: np.ndarray, T: int, S: int, lscale: float, NI: np.ndarray,
+               PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray,
+               occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+               istate: np.ndarray) -> bool:  # fmt: skip
+    """The recomputation chain of an add (a deviation from §2.2, see
+    :func:`~.mutations.plan_chain`), in increasing slots, inputs before their consumers; False,
+    with every node of it removed again, where one of them cannot be added.
+
+    With ``chain`` > 0 half of the adds also recompute, just before them, up to a number drawn
+    uniformly from [1, chain] of the inputs they would otherwise keep alive (and theirs,
+    recursively), and half of the removes also remove up to that many input computations left
+    without a use (its inverse, :func:`~.mutations.remove_chain`, so that a chain taken in one
+    move can be given back in one); the chain is one mutation, accepted or undone as a whole,
+    and journalled as one entry per node."""
+    done = 0
+    for i in range(nch - 1, -1, -1):
+        m = ch_n[i]
+        if NI[m, NP] + 1 >= NX[m, PCAP] or not inputs_ready(m, ch_t[i], NI, PU, pred_idx):
+            break
+        add_node(
+            m, ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+        )
+        done += 1
+    if done < nch:
+        for i in range(nch - done, nch):
+            remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                        lz, fstate, istate)  # fmt: skip
+        return False
+    return True
+
+
+@helper_jit
+def _journal(log_t: np.ndarray, log_n: np.ndarray, istate: np.ndarray, kind: int, n: int, t: int, t1: int,
+             t2: int, nch: int, ch_n: np.ndarray, ch_t: np.ndarray) -> int:  # fmt: skip
+    """An accepted mutation journalled (log_t, log_n), one entry per node it adds or removes;
+    returns the journal's new length."""
+    ll = istate[I_LOG_LEN]
+    if kind == ADD:
+        for i in range(nch - 1, -1, -1):
+            log_t[ll] = ch_t[i]
+            log_n[ll] = ch_n[i]
+            ll += 1
+        log_t[ll] = t
+        log_n[ll] = n
+        ll += 1
+    elif kind == REMOVE:
+        log_t[ll] = t
+        log_n[ll] = NOP
+        ll += 1
+        for i in range(nch):
+            log_t[ll] = ch_t[i]
+            log_n[ll] = NOP
+            ll += 1
+    else:
+        log_t[ll] = t2
+        log_n[ll] = n
+        log_t[ll + 1] = t1
+        log_n[ll + 1] = NOP
+        ll += 2
+    istate[I_LOG_LEN] = ll
+    return ll
+
+
+@helper_jit
+def _mark_bests(fstate: np.ndarray, istate: np.ndarray, m_exact: float, c: float, budget: float,
+                ll: int) -> None:  # fmt: skip
+    """The journal position `ll` marked as the best feasible state (least cost with M <= budget,
+    then least M) and as the least-peak state, where the accepted state is one."""
+    if m_exact <= budget:
+        tol = 1e-9 * abs(c)
+        bc = fstate[F_BEST_FEAS_COST]
+        if c < bc - tol or (c <= bc + tol and m_exact < fstate[F_BEST_FEAS_PEAK]):
+            fstate[F_BEST_FEAS_COST] = c
+            fstate[F_BEST_FEAS_PEAK] = m_exact
+            istate[I_MARK_FEAS] = ll
+    if m_exact < fstate[F_BEST_PEAK] or (
+        m_exact == fstate[F_BEST_PEAK] and c < fstate[F_BEST_PEAK_COST] - 1e-9 * abs(c)
+    ):
+        fstate[F_BEST_PEAK] = m_exact
+        fstate[F_BEST_PEAK_COST] = c
+        istate[I_MARK_PEAK] = ll
+
+
+@helper_jit
+def _undo(kind: int, n: int, t: int, nch: int, ch_n: np.ndarray, ch_t: np.ndarray, T: int, S: int,
+          lscale: float, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray,
+          seq: np.ndarray, occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+          istate: np.ndarray) -> None:  # fmt: skip
+    """A rejected add or remove (with its chain) undone by its inverse."""
+    if kind == ADD:
+        remove_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        for i in range(nch):  # decreasing slots: consumers before their inputs
+            remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                        lz, fstate, istate)  # fmt: skip
+    else:
+        for i in range(nch - 1, -1, -1):  # the exact reverse of the removals
+            add_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
+                     fstate, istate)  # fmt: skip
+        add_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+# ---------------------------------------------------------------------------------------------
 # the SA loop (Fig. 3)
 
 
@@ -114,22 +247,12 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
     a rejected mutation is undone by its inverse.
 
-    With probability ``local`` the times are drawn where the mutation can be valid and useful instead of
-    uniformly over [0, T) (a deviation from §2.2 that only changes the proposal distribution):
-    an add of n goes uniformly between a use u of n (drawn uniformly) and the production of n
-    that u reads, i.e. a recomputation just before some use; a rotation moves n uniformly
-    between the first productions of its inputs and the first use of n after t1 (or T), which
-    is exactly the window where the §2.2 conditions can hold. Every accepted change is journalled (log_t,
-    log_n) and the journal positions of the best feasible state (least cost with M <= budget,
-    then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
+    With probability ``local`` the times are drawn where the mutation can be valid and useful
+    (see :func:`_rotation_window`). Every accepted change is journalled (:func:`_journal`, with the
+    bests' positions, :func:`_mark_bests`), so that the caller can rebuild those states.
 
-    ``chain`` > 0 (a deviation from §2.2, see :func:`~.mutations.plan_chain`): half of the adds
-    also recompute, just before them, up to a number drawn uniformly from [1, chain] of the inputs
-    they would otherwise keep alive (and theirs, recursively), and half of the removes also
-    remove up to that many input computations left without a use (its inverse,
-    :func:`~.mutations.remove_chain`, so that a chain taken in one move can be given back in
-    one); the chain is one mutation, accepted or undone as a whole, and journalled as one entry
-    per node (the journal must hold (chain + 2) entries per iteration).
+    ``chain`` > 0: recomputation chains with half of the adds and removes (see :func:`_add_chain`;
+    the journal must hold (chain + 2) entries per iteration).
     """
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
@@ -173,18 +296,8 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             if chain > 0 and rand_unit(rand_next(rng)) < 0.5:
                 k_max = 1 + rand_below(rand_next(rng), chain)
                 nch = plan_chain(n, t, k_max, T, NI, PU, pred_idx, NX, seq, ch_n, ch_t)
-            done = 0
-            for i in range(nch - 1, -1, -1):  # increasing slots: inputs before their consumers
-                m = ch_n[i]
-                if NI[m, NP] + 1 >= NX[m, PCAP] or not inputs_ready(m, ch_t[i], NI, PU, pred_idx):
-                    break
-                add_node(m, ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
-                     istate)  # fmt: skip
-                done += 1
-            if done < nch:
-                for i in range(nch - done, nch):
-                    remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
-                            lz, fstate, istate)  # fmt: skip
+            if not _add_chain(nch, ch_n, ch_t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                              lz, fstate, istate):  # fmt: skip
                 continue
             add_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         elif u < p_add + p_remove:
@@ -210,17 +323,7 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
             t1 = occ[rand_below(r, nocc)]
             n = seq[t1]
             if local > 0.0 and rand_unit(rand_next(rng)) < local:
-                lo = -1
-                for i in range(NI[n, PS], NI[n, PE]):
-                    q = pred_idx[i]
-                    if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
-                        lo = PU[NI[q, PB]]
-                hi = T
-                ub = NI[n, UB]
-                nu = NI[n, NU]
-                j = lower_bound(PU, ub, ub + nu, t1 + 1)
-                if j < ub + nu:
-                    hi = PU[j]
+                lo, hi = _rotation_window(n, t1, T, NI, PU, pred_idx)
                 if hi - lo < 3:
                     continue
                 t2 = lo + 1 + rand_below(rand_next(rng), hi - lo - 1)
@@ -237,64 +340,17 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
         if d <= 0.0 or (h > 0.0 and rand_unit(rand_next(rng)) < math.exp(-d / h)):
             f = f_new
             istate[I_ACCEPTED] += 1
-            ll = istate[I_LOG_LEN]
-            if kind == ADD:
-                for i in range(nch - 1, -1, -1):
-                    log_t[ll] = ch_t[i]
-                    log_n[ll] = ch_n[i]
-                    ll += 1
-                log_t[ll] = t
-                log_n[ll] = n
-                ll += 1
-            elif kind == REMOVE:
-                log_t[ll] = t
-                log_n[ll] = NOP
-                ll += 1
-                for i in range(nch):
-                    log_t[ll] = ch_t[i]
-                    log_n[ll] = NOP
-                    ll += 1
-            else:
-                log_t[ll] = t2
-                log_n[ll] = n
-                log_t[ll + 1] = t1
-                log_n[ll + 1] = NOP
-                ll += 2
-            istate[I_LOG_LEN] = ll
-            if m_exact <= budget:
-                tol = 1e-9 * abs(c)
-                bc = fstate[F_BEST_FEAS_COST]
-                if c < bc - tol or (c <= bc + tol and m_exact < fstate[F_BEST_FEAS_PEAK]):
-                    fstate[F_BEST_FEAS_COST] = c
-                    fstate[F_BEST_FEAS_PEAK] = m_exact
-                    istate[I_MARK_FEAS] = ll
-            if m_exact < fstate[F_BEST_PEAK] or (
-                m_exact == fstate[F_BEST_PEAK] and c < fstate[F_BEST_PEAK_COST] - 1e-9 * abs(c)
-            ):
-                fstate[F_BEST_PEAK] = m_exact
-                fstate[F_BEST_PEAK_COST] = c
-                istate[I_MARK_PEAK] = ll
+            ll = _journal(log_t, log_n, istate, kind, n, t, t1, t2, nch, ch_n, ch_t)
+            _mark_bests(fstate, istate, m_exact, c, budget, ll)
             if stop_at_budget and m_exact <= budget:
                 istate[I_MET] = 1
                 break
-        else:
-            if kind == ADD:
-                remove_node(
-                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
-                )
-                for i in range(nch):  # decreasing slots: consumers before their inputs
-                    remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
-                            lz, fstate, istate)  # fmt: skip
-            elif kind == REMOVE:
-                for i in range(nch - 1, -1, -1):  # the exact reverse of the removals
-                    add_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
-                         fstate, istate)  # fmt: skip
-                add_node(
-                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
-                )
-            else:
-                move_node(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
+        elif kind == ROTATE:  # rejected: undone by its inverse
+            move_node(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
                       istate)  # fmt: skip
+        else:
+            _undo(kind, n, t, nch, ch_n, ch_t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
+                  fstate, istate)  # fmt: skip
     fstate[F_OBJ] = f
     fstate[F_TEMP] = h
     return it

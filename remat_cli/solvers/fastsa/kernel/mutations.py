@@ -366,7 +366,7 @@ def move_valid(
 
 
 # ---------------------------------------------------------------------------------------------
-# recomputation chains (a deviation from §2.2, issue 18)
+# recomputation chains (a deviation from §2.2)
 
 
 @jit

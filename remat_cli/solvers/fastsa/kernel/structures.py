@@ -15,6 +15,10 @@ from remat_cli.numba_cache import package_njit
 #: ``numba.njit(cache=True)`` for every kernel of this package: its cache entries are stamped with
 #: all the package's files, since the kernels call each other across them (remat_cli.numba_cache)
 jit = package_njit(error_model="numpy")
+#: the same without the runtime's reference counting (numba ``_nrt=False``), for the parts of one
+#: annealing iteration (anneal.py): they allocate nothing, and counting references to the state's
+#: arrays on every call would slow the loop that calls them
+helper_jit = package_njit(error_model="numpy", _nrt=False)
 
 NOP = -1
 

@@ -91,7 +91,28 @@ class NoSchedule(RuntimeError):
 
 
 def user_message(e: BaseException) -> str | None:
-    """The one-line message for an error a user causes, or None when it is not one (a bug)."""
+    """The one-line message for an error a user causes, or None when it is not one (a bug).
+
+    The CLI prints it after ``remat: error:`` and exits 2; anything else is an internal error.
+
+    Parameters
+    ----------
+    e : BaseException
+        The error.
+
+    Returns
+    -------
+    str or None
+        The message, without the quotes a KeyError adds and without pydantic's wrapping.
+
+    Examples
+    --------
+    >>> from remat_cli.solver import OptionError
+    >>> user_message(OptionError("--seed: 'x' is not a valid int"))
+    "--seed: 'x' is not a valid int"
+    >>> user_message(ZeroDivisionError("division by zero")) is None
+    True
+    """
     if isinstance(e, (InputError, GraphError, BudgetError, ScheduleError, OptionError)):
         return str(e)
     if isinstance(e, registry.UnknownSolver):  # a KeyError: str() would add quotes

@@ -384,9 +384,12 @@ def numba_cache_cold(name: str) -> bool:
 
 
 def _numba_cache_of_a_module(index: Path) -> bool:
-    """Whether numba's cache index ``<dir>/__pycache__/<module>.<function>-<line>.py<XY>.nbi`` is
-    for this Python and a module that exists now, ``<dir>/<module>.py`` (not one left behind by a
-    module since moved, e.g. the fastsa kernel before it became a package)."""
+    """Whether a numba cache index is for this Python and a module that exists now.
+
+    The index is ``<dir>/__pycache__/<module>.<function>-<line>.py<XY>.nbi``; its module is
+    ``<dir>/<module>.py`` (not one left behind by a module since moved, e.g. the fastsa kernel
+    before it became a package).
+    """
     module, _, rest = index.name.partition(".")
     tag = f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
     return rest.endswith(tag + ".nbi") and (index.parent.parent / f"{module}.py").is_file()

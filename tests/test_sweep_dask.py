@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import distributed
 import pytest
 
 from remat_cli import generators
@@ -16,6 +15,8 @@ from remat_cli.sweep.cells import DETERMINISTIC_FIELDS, GraphEntry, make_cells, 
 from remat_cli.sweep.dask_backend import DaskBackend
 from remat_cli.sweep.pool import LocalPool
 from remat_cli.sweep.sweep import run_sweep
+
+distributed = pytest.importorskip("distributed")  # the `distributed` extra (in `test`)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -246,6 +246,7 @@ def main() -> int:
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
         "checkout": str(checkout),
         "commit": git_head(checkout),
+        "published_graphs": str(MOCCASIN),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.monotonic() - t0, 1),
         "note": args.note,

@@ -39,9 +39,9 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and ben
 
 from common import EXPORTS, export_cells, write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.milp.engine import EngineSettings, LinearModel, solve  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import overhead, simulate, steps_from_sequence  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -33,8 +33,8 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and ben
 
 from common import export_cells, write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp import solver as hilp_solver  # noqa: E402
 from remat_cli.solvers.hilp import subgraphs  # noqa: E402

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 README = BENCH / "README.md"
 RESULT_SUFFIXES = (".json", ".png")
@@ -60,10 +62,17 @@ def test_the_index_pattern_sees_what_it_must() -> None:
     ]
 
 
-def test_experiments_import() -> None:
-    """The experiments moved under bench/experiments/ still find bench/common.py and every name
-    they import from the package (one interpreter imports them all; nothing runs)."""
-    scripts = sorted(str(p) for p in BENCH.glob("experiments/*.py"))
-    code = "import runpy, sys\nfor s in sys.argv[1:]:\n    runpy.run_path(s, run_name='imported')"
+@pytest.mark.slow  # one interpreter importing ~30 scripts: 6 s of CPU
+def test_scripts_import() -> None:
+    """Every bench script, the experiments under bench/experiments/ too, still finds
+    bench/common.py and every name it imports from the package (one interpreter imports them
+    all, as scripts: nothing runs)."""
+    scripts = sorted(str(p) for p in [*BENCH.glob("*.py"), *BENCH.glob("experiments/*.py")])
+    code = (
+        "import runpy, sys\n"
+        "for s in sys.argv[1:]:\n"
+        "    sys.path.insert(0, s.rsplit('/', 1)[0])  # as `python3 SCRIPT` puts its folder first\n"
+        "    runpy.run_path(s, run_name='imported')"
+    )
     p = subprocess.run([sys.executable, "-c", code, *scripts], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

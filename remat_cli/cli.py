@@ -715,6 +715,10 @@ def _register_runtime_commands() -> None:
     main.add_command(run_command)
     main.add_command(export_torch_command)
     main.add_command(profile_command)
+    from remat_cli.runtime.deploy_command import apply_command, optimize_command
+
+    main.add_command(optimize_command)
+    main.add_command(apply_command)
 
 
 def _register_sweep_commands() -> None:

@@ -55,8 +55,16 @@ def compute_sequence(steps: Sequence[Step]) -> list[str]:
     return [s.node for s in steps if s.op == "compute" and s.node is not None]
 
 
-def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step]) -> onnx.ModelProto:
+def scheduled_model(
+    model: onnx.ModelProto,
+    graph: Graph,
+    steps: Sequence[Step],
+    names: dict[tuple[int, str], str] | None = None,
+) -> onnx.ModelProto:
     """`model` rewritten so that its node list *is* the schedule's compute sequence.
+
+    `names`, where given, receives (index in `steps` of a compute step, tensor) -> the name the
+    rewritten model gives that production of the tensor (memory plans are keyed by the former).
 
     Each recomputation is a copy of the ONNX node whose outputs get new names
     (``<tensor>__remat<k>``); every later node reads the newest copy. The last production of
@@ -68,6 +76,7 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
     """
     table = node_table(model, graph)
     seq = compute_sequence(steps)
+    at = [i for i, s in enumerate(steps) if s.op == "compute" and s.node is not None]
     taken = {t for n in model.graph.node for t in (*n.input, *n.output)}
     taken |= {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
     last_production: dict[str, int] = {}
@@ -124,6 +133,8 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
             t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken) for t in proto.output
         ]
         emit(proto, name, outs)
+        if names is not None:
+            names.update({(at[k], t): o for t, o in zip(proto.output, outs, strict=True) if t})
     _drop_unread_optional_outputs(nodes, {o.name for o in model.graph.output}, model)
     nodes = _release_unread_outputs(nodes, {o.name for o in model.graph.output}, taken)
     out = onnx.ModelProto()

@@ -95,8 +95,10 @@ class Measurement:
 #: common subexpression elimination off (it merges every recomputation back), ``deployed`` is
 #: ``remat apply``'s model: the file's order and no optimizer (its fusions were made offline by
 #: ``remat optimize``), with onnxruntime's arena and memory pattern off.
-Settings = Literal["replay", "defaults", "deployed"]
-SETTINGS: tuple[Settings, ...] = ("replay", "defaults", "deployed")
+#: ``plan`` runs ``remat apply``'s model inside its memory plan
+#: (:class:`remat_cli.runtime.plan_executor.PlanExecutor`) with the deployed settings.
+Settings = Literal["replay", "defaults", "deployed", "plan"]
+SETTINGS: tuple[Settings, ...] = ("replay", "defaults", "deployed", "plan")
 #: the one optimizer the ``defaults`` settings switch off
 CSE = "CommonSubexpressionElimination"
 
@@ -270,6 +272,8 @@ def _session(job: dict, model: str, feeds: dict, settings: Settings = "replay"):
     import onnxruntime as ort
 
     cuda = job["provider"] == "cuda"
+    if settings == "plan" and not cuda:
+        return _plan_session(job, model, feeds)
     providers = cuda_providers() if cuda else ["CPUExecutionProvider"]
     so = session_options(job["threads"], settings=settings)
     if job.get("optimized"):  # what onnxruntime made of the model, for counting what it kept
@@ -300,6 +304,18 @@ def _session(job: dict, model: str, feeds: dict, settings: Settings = "replay"):
     return run, fetch, release, out_names
 
 
+def _plan_session(job: dict, model: str, feeds: dict):
+    """:func:`_session`'s four for a run inside the model's memory plan."""
+    from remat_cli.runtime.plan_executor import PlanExecutor
+
+    pe = PlanExecutor(model, threads=job["threads"])
+
+    def fetch() -> list:
+        return list(pe.current_outputs().values())
+
+    return lambda shrink=False: pe.run_in_place(feeds), fetch, lambda: None, pe.outputs
+
+
 def _memory_worker(job: dict) -> dict:
     """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved.
 
@@ -313,7 +329,7 @@ def _memory_worker(job: dict) -> dict:
     settings = job.get("settings", "replay")
     run, fetch, release, out_names = _session(job, job["model"], feeds, settings)
     peaks: list[int] = []
-    if settings == "defaults" and not cuda:
+    if settings in ("defaults", "plan") and not cuda:
         peaks = _held_peaks(run, release, job["warmup"] + max(job["repeat"], 1))
         np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
         return {"peaks": peaks, "executed": None}

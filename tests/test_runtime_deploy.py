@@ -8,22 +8,32 @@ test mocks the runtime.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto
 from onnx import helper as oh
 
 from remat_cli.graph import Graph
-from remat_cli.importers.onnx import from_onnx_file
+from remat_cli.importers.onnx import from_onnx_file, onnx_node_ids
+from remat_cli.memory_plan import buffers_of, make_plan
 from remat_cli.runner import build_schedule
 from remat_cli.runtime import run_schedule
 from remat_cli.runtime.cli_command import run_command
-from remat_cli.schedule import Schedule, steps_from_sequence
+from remat_cli.runtime.deploy import ORT_CONFIG, deployed_session, read_metadata
+from remat_cli.runtime.deploy_command import apply_command, optimize_command
+from remat_cli.runtime.model import make_inputs
+from remat_cli.runtime.session import measure
+from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
+from remat_cli.solvers.model.addresses import place
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
 
@@ -40,14 +50,14 @@ def chain_model() -> onnx.ModelProto:
         oh.make_node("Mul", ["r", "a"], ["out"], name="mul"),
     ]
     inits = [
-        onnx.numpy_helper.from_array(np.array([1, 8], np.int64), "reps"),
+        onnx.numpy_helper.from_array(np.array([1, 16], np.int64), "reps"),
         onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
     ]
     g = oh.make_graph(
         nodes,
         "chain",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
-        [oh.make_tensor_value_info("out", TensorProto.FLOAT, [64, 256])],
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [256, 1024])],
+        [oh.make_tensor_value_info("out", TensorProto.FLOAT, [256, 1024])],
         inits,
     )
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9)
@@ -86,3 +96,128 @@ def test_run_reports_ort_defaults_and_keeps_the_recomputation(chain, tmp_path: P
     data = json.loads(res.stdout)
     assert data["ort_defaults"]["peak_memory"] > 0 and data["ort_defaults_unscheduled"]["seconds"] > 0
     assert data["recomputations_kept"] == 1
+
+
+def _apply(chain, tmp_path: Path, *extra: str) -> tuple[object, Path]:
+    path, _, sched = chain
+    sched_path = tmp_path / "s.json"
+    sched_path.write_text(sched.to_json())
+    out = tmp_path / "out.onnx"
+    res = CliRunner().invoke(apply_command, [str(path), str(sched_path), "-o", str(out), *extra])
+    return res, out
+
+
+def test_apply_writes_a_checked_model_in_the_schedules_order_with_equal_outputs(
+    chain, tmp_path: Path
+) -> None:
+    res, out = _apply(chain, tmp_path)
+    assert res.exit_code == 0, res.output
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m, full_check=True)
+    assert [n.op_type for n in m.graph.node] == ["Sin", "Tile", "Cos", "ReduceSum", "Sin", "Mul"]
+    assert "so.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED" in res.stderr
+    meta = read_metadata(out)
+    assert meta[ORT_CONFIG]["session_options"]["graph_optimization_level"] == 0
+    x = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
+    plain = ort.InferenceSession(str(chain[0]), providers=["CPUExecutionProvider"])
+    got = deployed_session(out).run(None, {"x": x})[0]
+    assert np.allclose(got, plain.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    # the session deployed with what the file carries keeps the duplicated Sin
+    so = deployed_session(out).get_session_options()
+    assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert so.execution_order == ort.ExecutionOrder.PRIORITY_BASED and not so.enable_mem_pattern
+
+
+def test_onnxruntime_reads_the_carried_level_with_load_config_from_model(chain, tmp_path: Path) -> None:
+    _, out = _apply(chain, tmp_path)
+    probe = (
+        "import sys, onnxruntime as ort\n"
+        "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+        "print(s.get_session_options().graph_optimization_level.name)\n"
+    )
+    levels = {}
+    for flag in ("1", None):
+        env = {k: v for k, v in os.environ.items() if k != "ORT_LOAD_CONFIG_FROM_MODEL"}
+        if flag:
+            env["ORT_LOAD_CONFIG_FROM_MODEL"] = flag
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(out)], env=env, capture_output=True, text=True
+        )
+        levels[flag] = done.stdout.strip()
+    assert levels == {"1": "ORT_DISABLE_ALL", None: "ORT_ENABLE_ALL"}
+
+
+def test_apply_refuses_bad_input_in_one_line_without_a_file(chain, tmp_path: Path) -> None:
+    path, graph, sched = chain
+    other = sched.model_copy(deep=True)
+    other.graph.sha256 = "0" * 64
+    (tmp_path / "other.json").write_text(other.to_json())
+    corpus = Path(__file__).parent / "corpus"
+    cases = [
+        [str(path), str(tmp_path / "other.json")],
+        [str(corpus / "extdata_dotdot.onnx"), str(tmp_path / "other.json")],
+    ]
+    for args in cases:
+        out = tmp_path / "never.onnx"
+        res = CliRunner().invoke(apply_command, [*args, "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert not out.exists() and not list(tmp_path.glob(".remat-*"))
+    res = CliRunner().invoke(optimize_command, [str(corpus / "extdata_dotdot.onnx"), "-o", str(out)])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1 and not out.exists()
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        for cmd, args in (
+            (optimize_command, [str(path), "--level", "all", "--provider", "cuda"]),
+            (apply_command, [str(path), str(tmp_path / "s.json"), "--provider", "cuda"]),
+        ):
+            (tmp_path / "s.json").write_text(sched.to_json())
+            res = CliRunner().invoke(cmd, [*args, "-o", str(out)])
+            assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+            assert not out.exists()
+
+
+def test_optimize_fuses_and_the_importer_costs_the_fused_ops(tmp_path: Path) -> None:
+    src = GRAPHS / "torch_unet_train.onnx"
+    out = tmp_path / "unet.opt.onnx"
+    res = CliRunner().invoke(optimize_command, [str(src), "-o", str(out), "--level", "extended"])
+    assert res.exit_code == 0, res.output
+    fused = [n for n in onnx.load(str(out)).graph.node if n.op_type == "FusedConv"]
+    assert fused
+    before, after = from_onnx_file(src), from_onnx_file(out)
+    # a FusedConv costs its convolution's FLOPs: the whole step costs about the same
+    total = sum(n.cost for n in after.nodes) / sum(n.cost for n in before.nodes)
+    assert 0.95 < total <= 1.0
+    graph = onnx.load(str(out)).graph
+    fused_ids = {i for i, n in zip(onnx_node_ids(graph), graph.node, strict=True) if n.op_type == "FusedConv"}
+    fused_nodes = [n for n in after.nodes if (n.source or [n.id])[0] in fused_ids]
+    assert len(fused_nodes) == len(fused)
+    for n in fused_nodes:  # at least 2 x 9 FLOPs per output element (a 3x3 convolution), not one
+        assert n.cost >= 18 * after.value_map[n.outputs[0]].size // 4 > 0
+
+
+@pytest.mark.slow
+def test_the_deployed_peak_stays_within_the_claim(chain, tmp_path: Path) -> None:
+    """remat apply's model with a memory plan, deployed with the settings it carries and inside
+    its plan: the measured peak is the prediction within 3% (red when it drifts above)."""
+    path, graph, sched = chain
+    bufs = buffers_of(graph, sched.steps)
+    offsets, _, _, _ = place(bufs, 64, 1.0, 1)
+    planned = sched.model_copy(deep=True)
+    planned.memory_plan = make_plan(bufs, offsets, 64)
+    (tmp_path / "p.json").write_text(planned.to_json())
+    out = tmp_path / "out.onnx"
+    res = CliRunner().invoke(apply_command, [str(path), str(tmp_path / "p.json"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    np.savez(tmp_path / "in.npz", **make_inputs(onnx.load(str(path)), graph=graph))
+    got = measure(
+        [(out, tmp_path / "d.npz"), (out, tmp_path / "p.npz")],
+        tmp_path / "in.npz",
+        repeat=1,
+        warmup=1,
+        settings=["deployed", "plan"],
+    )
+    predicted = simulate(graph, sched.steps).peak_memory
+    for m in got:
+        assert m.peak_above_baseline + graph.resident_bytes <= 1.03 * predicted
+    with np.load(tmp_path / "d.npz") as d, np.load(tmp_path / "p.npz") as p:
+        assert np.array_equal(d["out"], p["out"])

@@ -323,7 +323,8 @@ def _memory_worker(job: dict) -> dict:
     there the baseline is read before the first run and the peak is what the runs held at most."""
     import numpy as np
 
-    lower_mmap_threshold()
+    if job.get("mmap", True):
+        lower_mmap_threshold()
     feeds = _load_feeds(job["inputs"])
     cuda = job["provider"] == "cuda"
     settings = job.get("settings", "replay")
@@ -373,7 +374,8 @@ def _held_peaks(run, release, runs: int) -> list[int]:
 def _timing_worker(job: dict) -> dict:
     """Every model warmed up, then their runs alternate, so load on a shared machine hits
     all of them alike."""
-    lower_mmap_threshold()
+    if job.get("mmap", True):
+        lower_mmap_threshold()
     feeds = _load_feeds(job["inputs"])
     runs = [_session(job, m, feeds, settings)[0] for m, settings in job["models"]]
     times: list[list[float]] = [[] for _ in runs]
@@ -451,8 +453,9 @@ def executed_order(model: str | bytes, feeds: dict, so, settings: Settings = "re
 
 def _spawn(job: dict) -> dict:
     env = dict(os.environ)
-    env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
-    env["MALLOC_TRIM_THRESHOLD_"] = "0"
+    if job.get("mmap", True):
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+        env["MALLOC_TRIM_THRESHOLD_"] = "0"
     env["OMP_NUM_THREADS"] = str(job["threads"])
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -484,13 +487,21 @@ def measure(
     check_order: list[bool] | None = None,
     settings: list[Settings] | None = None,
     optimized: list[str | Path | None] | None = None,
+    mmap: bool = True,
 ) -> list[Measurement]:
     """Measure session-mode runs of `models` ((model path, outputs .npz path) pairs) on the
     same inputs, each under its `settings` (default ``replay``): each model's peak memory in a
     fresh subprocess of its own (outputs saved; where `optimized` names a path, onnxruntime's
     optimized model is written there), then the times of all of them, alternating, in one more
-    subprocess."""
-    common = {"inputs": str(inputs_path), "provider": provider, "threads": threads, "warmup": warmup}
+    subprocess. `mmap` False leaves glibc's allocator as a deployment has it (freed memory it
+    may keep for reuse, where the lowered mmap threshold gives every tensor back)."""
+    common = {
+        "inputs": str(inputs_path),
+        "provider": provider,
+        "threads": threads,
+        "warmup": warmup,
+        "mmap": mmap,
+    }
     checks = check_order or [False] * len(models)
     kinds = settings or ["replay"] * len(models)
     written = optimized or [None] * len(models)

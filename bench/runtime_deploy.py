@@ -111,6 +111,9 @@ def cell(src: Path, opt: Path, fraction: float, repeat: int, d: Path) -> list[di
                     "feasible": True,
                     "peak": peak,
                     "peak_vs_predicted": peak / sim.peak_memory - 1,
+                    # plan: the arena + one more run's own high-water mark, without onnxruntime's
+                    # allocations of the first run (the replay rows leave them out too)
+                    "steady_peak": None if m.steady_peak is None else m.steady_peak + graph.resident_bytes,
                     "seconds": m.seconds,
                     "cpu_seconds": cpu,
                     "times": [round(t, 5) for t in m.times],

@@ -87,6 +87,9 @@ class Measurement:
     cpu_times: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     executed: list[str] | None = None  #: node names in the order onnxruntime ran them
+    #: inside a memory plan: the arena + the high-water mark of one more run above its start,
+    #: leaving out what onnxruntime allocated once, in the first run (as the replay's peaks do)
+    steady_peak: int | None = None
     provider: str = "cpu"
 
 
@@ -309,6 +312,7 @@ def _plan_session(job: dict, model: str, feeds: dict):
     from remat_cli.runtime.plan_executor import PlanExecutor
 
     pe = PlanExecutor(model, threads=job["threads"])
+    job["arena"] = pe.arena_bytes
 
     def fetch() -> list:
         return list(pe.current_outputs().values())
@@ -333,7 +337,13 @@ def _memory_worker(job: dict) -> dict:
     if settings in ("defaults", "plan") and not cuda:
         peaks = _held_peaks(run, release, job["warmup"] + max(job["repeat"], 1))
         np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
-        return {"peaks": peaks, "executed": None}
+        steady = None
+        if settings == "plan":  # the arena (all of it touched by now) + what one more run adds
+            release()
+            base = reset_hwm()
+            run()
+            steady = job["arena"] + hwm() - base
+        return {"peaks": peaks, "executed": None, "steady": steady}
     try:
         # On CUDA the first run also creates library handles and loads kernels: never measure it.
         for _ in range(max(job["warmup"], 1 if cuda else 0)):
@@ -530,6 +540,7 @@ def measure(
             cpu_times=timing["cpu_times"][k],
             peaks=mem["peaks"],
             executed=mem["executed"],
+            steady_peak=mem.get("steady"),
             provider=provider,
         )
         for k, mem in enumerate(memory)

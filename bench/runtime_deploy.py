@@ -148,7 +148,8 @@ def main() -> None:
     ap.add_argument("--note", default="")
     args = ap.parse_args()
     fractions = [float(f) for f in args.fractions.split(",")]
-    results = []
+    results: list[dict] = []
+    out = ROOT / "bench" / "results" / f"{args.out}.json"
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.models:
             opt = Path(tmp) / f"{src.stem}.opt.onnx"
@@ -159,33 +160,36 @@ def main() -> None:
                 t0 = time.time()
                 rows = cell(src, opt, f, args.repeat, d)
                 results += rows
-                for r in rows:
-                    if r.get("feasible"):
-                        print(
-                            f"{src.stem:24s} {f:4.0%} {r['malloc']:7s} {r['row']:24s} "
-                            f"peak {r['peak'] / 1e6:8.2f} MB ({r['peak_vs_predicted']:+6.1%}) "
-                            f"{r['seconds'] * 1e3:7.1f} ms (x{r['time_vs_defaults_unscheduled']:.2f}) "
-                            f"cpu {r['cpu_seconds'] * 1e3:6.1f} ms (x{r['cpu_vs_defaults_unscheduled']:.2f}) "
-                            f"target x{1.10 * (1 + r['predicted_overhead']):.2f} match {r['outputs_match']}",
-                            flush=True,
-                        )
-                    else:
-                        print(f"{src.stem:28s} {f:4.0%} infeasible", flush=True)
+                _print(src, f, rows)
                 print(f"  ({time.time() - t0:.0f} s)", flush=True)
-    out = ROOT / "bench" / "results" / f"{args.out}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "command": "python3 " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "note": args.note,
-                "load": os.getloadavg(),
-                "rows": results,
-            },
-            indent=1,
-        )
-    )
+                _write(out, args, results)  # after every cell: a stopped run keeps what it measured
     print(f"wrote {out}")
+
+
+def _print(src: Path, f: float, rows: list[dict]) -> None:
+    for r in rows:
+        if not r.get("feasible"):
+            print(f"{src.stem:24s} {f:4.0%} infeasible", flush=True)
+            return
+        print(
+            f"{src.stem:24s} {f:4.0%} {r['malloc']:7s} {r['row']:24s} "
+            f"peak {r['peak'] / 1e6:8.2f} MB ({r['peak_vs_predicted']:+6.1%}) "
+            f"{r['seconds'] * 1e3:7.1f} ms (x{r['time_vs_defaults_unscheduled']:.2f}) "
+            f"cpu {r['cpu_seconds'] * 1e3:6.1f} ms (x{r['cpu_vs_defaults_unscheduled']:.2f}) "
+            f"target x{1.10 * (1 + r['predicted_overhead']):.2f} match {r['outputs_match']}",
+            flush=True,
+        )
+
+
+def _write(out: Path, args: argparse.Namespace, results: list[dict]) -> None:
+    doc = {
+        "command": "python3 " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "note": args.note,
+        "load_average": os.getloadavg(),
+        "rows": results,
+    }
+    out.write_text(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,22 @@ def prepare_model(model_path: str | Path, notes: list[str]) -> Prepared:
 
 
 @dataclass
+class Job:
+    """One replay's inputs: the model, its graph and schedule, the feeds, the run's settings;
+    `notes` collects what the report says about them."""
+
+    prep: Prepared
+    graph: Graph
+    schedule: Schedule
+    feeds: dict[str, np.ndarray]
+    notes: list[str]
+    provider: Provider
+    threads: int
+    warmup: int
+    repeat: int
+
+
+@dataclass
 class Replayed:
     """What one mode's replay measured: the schedule's run, the unscheduled one, their outputs."""
 
@@ -176,13 +192,10 @@ def run_schedule(
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
     if ort_defaults is None:
         ort_defaults = mode == "session" and provider == "cpu"
-    run = dict(provider=provider, threads=threads, warmup=warmup, repeat=repeat)
-    if mode == "interpret":
-        got = _interpret_mode(prep, graph, schedule, feeds, notes, **run)
-    else:
-        got = _session_mode(prep, graph, schedule, feeds, notes, check_order=check_order, **run)
+    job = Job(prep, graph, schedule, feeds, notes, provider, threads, warmup, repeat)
+    got = _interpret_mode(job) if mode == "interpret" else _session_mode(job, check_order)
     if ort_defaults:
-        got.defaults, got.recomputations = _defaults(prep, graph, schedule, feeds, notes, **run)
+        got.defaults, got.recomputations = _defaults(job)
     compared = _compare_outputs(got, prep.model, provider, notes)
     fields = dict(provider=provider, mode=mode, threads=threads, seed=seed, repeat=repeat, warmup=warmup)
     report = _report(
@@ -205,20 +218,11 @@ def run_schedule(
     return report
 
 
-def _interpret_mode(
-    prep: Prepared,
-    graph: Graph,
-    schedule: Schedule,
-    feeds: dict[str, np.ndarray],
-    notes: list[str],
-    *,
-    provider: Provider,
-    threads: int,
-    warmup: int,
-    repeat: int,
-) -> Replayed:
+def _interpret_mode(job: Job) -> Replayed:
     """One session per node: the schedule and the baseline steps, alternating; with a memory
     plan on the CPU also the replay inside one arena."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
     resident = graph.resident_bytes
     try:
         engine = interp.Interpreter(prep.model, graph, provider=provider, threads=threads)
@@ -244,21 +248,11 @@ def _interpret_mode(
     return got
 
 
-def _session_mode(
-    prep: Prepared,
-    graph: Graph,
-    schedule: Schedule,
-    feeds: dict[str, np.ndarray],
-    notes: list[str],
-    *,
-    provider: Provider,
-    threads: int,
-    warmup: int,
-    repeat: int,
-    check_order: bool,
-) -> Replayed:
+def _session_mode(job: Job, check_order: bool) -> Replayed:
     """The rewritten model and the unscheduled one, each in one session under remat's replay
     settings; a profiled run checks that onnxruntime kept the schedule's node order."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
     resident = graph.resident_bytes
     with tempfile.TemporaryDirectory(prefix="remat-run-") as tmp:
         d = Path(tmp)
@@ -306,20 +300,11 @@ def _write_models(
     return sched_path, ref_path
 
 
-def _defaults(
-    prep: Prepared,
-    graph: Graph,
-    schedule: Schedule,
-    feeds: dict[str, np.ndarray],
-    notes: list[str],
-    *,
-    provider: Provider,
-    threads: int,
-    warmup: int,
-    repeat: int,
-) -> tuple[tuple[Measured, Measured], tuple[int, int]]:
+def _defaults(job: Job) -> tuple[tuple[Measured, Measured], tuple[int, int]]:
     """The rewritten and the unscheduled model under onnxruntime's defaults (CSE off), and
     how many recomputed copies its optimized graph kept."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
     if provider != "cpu":
         raise RuntimeUnavailable("onnxruntime's defaults are measured on the CPU only")
     resident = graph.resident_bytes

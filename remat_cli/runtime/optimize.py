@@ -86,8 +86,9 @@ def optimize_model(
     os.close(fd)
     try:
         so.optimized_model_filepath = tmp
+        source = _at_least_opset_13(model_path)
         try:
-            sess = ort.InferenceSession(str(model_path), so, providers=providers)
+            sess = ort.InferenceSession(source, so, providers=providers)
         except Exception as e:  # onnxruntime's own exception types
             raise OptimizeRefused(
                 f"onnxruntime cannot optimize {model_path.name} at --level {level} on {provider}: {first_line(e)}"
@@ -105,3 +106,16 @@ def optimize_model(
             key = f"{n.domain}:{n.op_type}"
             contrib[key] = contrib.get(key, 0) + 1
     return Optimized(out_path, level, provider, len(before.graph.node), len(optimized.graph.node), contrib)
+
+
+def _at_least_opset_13(model_path: Path) -> str | bytes:
+    """The model as onnxruntime should optimize it: its path, or, older than opset 13, the
+    importer's upgrade (serialized). Upgraded after onnxruntime's rewrites, the converter
+    would stop at the initializers those add without graph inputs."""
+    import onnx
+
+    from remat_cli.importers.onnx import upgrade_opset
+
+    loaded = onnx.load(str(model_path))
+    upgraded, old = upgrade_opset(loaded)
+    return str(model_path) if old is None else upgraded.SerializeToString()

@@ -29,8 +29,8 @@ from remat_cli.runtime import run_schedule
 from remat_cli.runtime.cli_command import run_command
 from remat_cli.runtime.deploy import ORT_CONFIG, deployed_session, read_metadata
 from remat_cli.runtime.deploy_command import apply_command, optimize_command
-from remat_cli.runtime.model import make_inputs
-from remat_cli.runtime.session import measure
+from remat_cli.runtime.model import make_inputs, recomputed_copies
+from remat_cli.runtime.session import measure, open_session, session_options
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
 from remat_cli.solvers.model.addresses import place
@@ -221,3 +221,28 @@ def test_the_deployed_peak_stays_within_the_claim(chain, tmp_path: Path) -> None
         assert m.peak_above_baseline + graph.resident_bytes <= 1.03 * predicted
     with np.load(tmp_path / "d.npz") as d, np.load(tmp_path / "p.npz") as p:
         assert np.array_equal(d["out"], p["out"])
+
+
+def test_onnxruntimes_defaults_without_cse_keep_the_recomputation(chain, tmp_path: Path) -> None:
+    """What remat run's ORT-defaults column runs: the duplicated Sin survives onnxruntime's
+    optimizers with common subexpression elimination off, and only then."""
+    res, out = _apply(chain, tmp_path)
+    assert res.exit_code == 0, res.output
+    kept = {}
+    for settings in ("defaults", "replay"):
+        so = session_options(1, settings=settings)
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = str(tmp_path / f"{settings}.onnx")
+        open_session(str(out), so, ["CPUExecutionProvider"], settings)
+        kept[settings] = recomputed_copies(onnx.load(so.optimized_model_filepath))
+    assert kept == {"defaults": 1, "replay": 0}  # replay's settings with every optimizer: CSE merges it
+
+
+def test_optimize_reads_an_old_opset_model_zoo_model(tmp_path: Path) -> None:
+    zoo = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+    out = tmp_path / "squeezenet.opt.onnx"
+    res = CliRunner().invoke(optimize_command, [str(zoo), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    graph = from_onnx_file(out)
+    fused = [n for n in graph.nodes if n.op == "FusedConv"]
+    assert fused and all(n.cost > 2 * graph.value_map[n.outputs[0]].size // 4 > 0 for n in fused)

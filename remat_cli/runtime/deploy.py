@@ -213,7 +213,7 @@ def apply_schedule(
     the schedule does not fit), RuntimeUnavailable (the provider is not here)."""
     from remat_cli.graph import GraphError
     from remat_cli.importers.onnx import check_external_data, read_model, upgrade_opset
-    from remat_cli.runtime.model import ModelMismatch, scheduled_model
+    from remat_cli.runtime.model import ModelMismatch, recomputed_copies, scheduled_model
     from remat_cli.runtime.optimize import providers_for
     from remat_cli.schedule import ScheduleError, simulate
 
@@ -244,7 +244,7 @@ def apply_schedule(
     onnx.checker.check_model(out, full_check=True)
     match, diff = _outputs_agree(model, out, graph, seed, threads, providers)
     _write(out, out_path, external=any(_uses_external(t) for t in model.graph.initializer))
-    copies = sum(1 for n in out.graph.node if "__remat" in n.name)
+    copies = recomputed_copies(out)
     return Applied(
         out_path, len(out.graph.node), copies, match, diff, option_lines(threads, out_path.name), meta
     )

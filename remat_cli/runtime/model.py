@@ -8,6 +8,7 @@ remat node per ONNX node, ``source = [id]`` with ids from
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,10 @@ from remat_cli.schedule import Step
 _INDEXING = {"Gather": (0, 1), "GatherElements": (0, 1), "ScatterElements": (0, 1), "ScatterND": (0, 1)}
 #: ops an integer input can pass through on its way to an indexing op (Where: ignore_index masks)
 _PASS_THROUGH = VIEW_OPS | {"Cast", "Expand", "Slice", "Transpose", "Concat", "Where"}
+
+
+#: the name :func:`scheduled_model` gives a recomputation's copy of a node
+REMAT_COPY = re.compile(r"__remat\d+")
 
 
 class ModelMismatch(ValueError):
@@ -146,6 +151,16 @@ def scheduled_model(
         if o.name in view_of and current.get(o.name) != o.name:
             raise ModelMismatch(f"graph output {o.name!r} is a view whose base was recomputed after it")
     return out
+
+
+def recomputed_copies(model: onnx.ModelProto) -> int:
+    """Recomputations in `model`: nodes beyond the first of each group that
+    :func:`scheduled_model` named ``<node>`` and ``<node>__remat<k>``. In onnxruntime's
+    optimized graph too: a merge (common subexpression elimination) leaves one node of a group,
+    and its rewrites keep the names of the nodes they leave alone."""
+    groups = Counter(REMAT_COPY.sub("", n.name) for n in model.graph.node if n.name)
+    marked = {REMAT_COPY.sub("", n.name) for n in model.graph.node if REMAT_COPY.search(n.name)}
+    return sum(groups[g] - 1 for g in marked)
 
 
 def _drop_unread_optional_outputs(

@@ -12,7 +12,6 @@ run and adds the resident bytes of the graph; interpret mode counts live tensors
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from remat_cli.runtime.model import (
     ModelMismatch,
     feed_names,
     make_inputs,
+    recomputed_copies,
     scheduled_model,
     seed_random_ops,
 )
@@ -45,9 +45,6 @@ from remat_cli.runtime.report import (
 )
 from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
-
-#: the name :func:`scheduled_model` gives a recomputation's copy of a node
-REMAT_COPY = re.compile(r"__remat\d+")
 
 __all__ = ["ModelMismatch", "ModelRejected", "RunFailed", "RunReport", "RuntimeUnavailable", "run_schedule"]
 
@@ -333,13 +330,6 @@ def _defaults(job: Job) -> tuple[tuple[Measured, Measured], tuple[int, int]]:
         _measured(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
     )
     return measured, (copies, kept)
-
-
-def recomputed_copies(model: onnx.ModelProto) -> int:
-    """Nodes of `model` that are recomputations made by :func:`scheduled_model` (named
-    ``<node>__remat<k>``), in onnxruntime's optimized graph too (its rewrites keep the names of
-    the nodes they leave alone)."""
-    return sum(1 for n in model.graph.node if REMAT_COPY.search(n.name))
 
 
 def _compare_outputs(

@@ -35,16 +35,16 @@ import onnx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
-from remat_cli.memory_plan import buffers_of, make_plan  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.planning.addresses import place  # noqa: E402
+from remat_cli.planning.memory_plan import buffers_of, make_plan  # noqa: E402
 from remat_cli.runtime.deploy import apply_schedule  # noqa: E402
 from remat_cli.runtime.model import feed_names, make_inputs  # noqa: E402
 from remat_cli.runtime.optimize import optimize_model  # noqa: E402
 from remat_cli.runtime.session import measure  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
-from remat_cli.solvers.model.addresses import place  # noqa: E402
 
 SHIPPED = [ROOT / "graphs" / f"torch_{n}_train.onnx" for n in ("mlp", "unet", "transformer", "resnet")]
 #: per allocator (mmap64k: glibc's mmap threshold lowered to 64 KiB, every freed tensor goes back

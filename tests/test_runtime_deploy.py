@@ -21,19 +21,19 @@ from click.testing import CliRunner
 from onnx import TensorProto
 from onnx import helper as oh
 
+from remat_cli.cli.deploy import apply_command, optimize_command
+from remat_cli.cli.run_schedule import run_command
+from remat_cli.execution.runner import build_schedule
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file, onnx_node_ids
-from remat_cli.memory_plan import buffers_of, make_plan
-from remat_cli.runner import build_schedule
+from remat_cli.planning.addresses import place
+from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.runtime import run_schedule
-from remat_cli.runtime.cli_command import run_command
 from remat_cli.runtime.deploy import ORT_CONFIG, deployed_session, read_metadata
-from remat_cli.runtime.deploy_command import apply_command, optimize_command
 from remat_cli.runtime.model import make_inputs, recomputed_copies
 from remat_cli.runtime.session import measure, open_session, session_options
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
-from remat_cli.solvers.model.addresses import place
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
 

@@ -261,7 +261,7 @@ def _outputs_agree(
     deployed settings, both with their random ops seeded alike: (bitwise equal on the CPU, within
     numpy.allclose elsewhere; the largest difference)."""
     from remat_cli.runtime.model import make_inputs, seed_random_ops
-    from remat_cli.runtime.report import _compare
+    from remat_cli.runtime.report import compare_outputs
     from remat_cli.runtime.session import open_session, session_options
 
     feeds = make_inputs(model, seed=seed, graph=graph)
@@ -277,7 +277,7 @@ def _outputs_agree(
         results.append(dict(zip(names, got, strict=True)))
     names = [o.name for o in model.graph.output]
     exact = providers[0] == "CPUExecutionProvider"
-    match, diff, _ = _compare(results[1], results[0], names, exact=exact)
+    match, diff, _ = compare_outputs(results[1], results[0], names, exact=exact)
     return match, diff
 
 

@@ -38,10 +38,10 @@ from remat_cli.runtime.report import (
     Mode,
     Provider,
     RunReport,
-    _compare,
-    _measured,
-    _predicted,
-    _report,
+    build_report,
+    compare_outputs,
+    measured_figures,
+    predicted_figures,
 )
 from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
@@ -183,7 +183,7 @@ def run_schedule(
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
         raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
-    predicted = _predicted(sim, baseline(graph))
+    predicted = predicted_figures(sim, baseline(graph))
     feeds = make_inputs(prep.model, seed=seed, given=inputs, graph=graph)
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
@@ -193,9 +193,9 @@ def run_schedule(
     got = _interpret_mode(job) if mode == "interpret" else _session_mode(job, check_order)
     if ort_defaults:
         got.defaults, got.recomputations = _defaults(job)
-    compared = _compare_outputs(got, prep.model, provider, notes)
+    compared = _match_outputs(got, prep.model, provider, notes)
     fields = dict(provider=provider, mode=mode, threads=threads, seed=seed, repeat=repeat, warmup=warmup)
-    report = _report(
+    report = build_report(
         RunReport,
         prep.path,
         graph,
@@ -230,8 +230,8 @@ def _interpret_mode(job: Job) -> Replayed:
         _blame_model(prep.path, prep.loaded, threads)
         raise
     got = Replayed(
-        _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True),
-        _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True),
+        measured_figures(run.peak_memory, run.times, run.cpu_times, resident, exact=True),
+        measured_figures(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True),
         run.outputs,
         ref.outputs,
     )
@@ -268,8 +268,8 @@ def _session_mode(job: Job, check_order: bool) -> Replayed:
             _blame_model(prep.path, prep.loaded, threads)
             raise
         got = Replayed(
-            _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
-            _measured(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
+            measured_figures(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
+            measured_figures(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
             _load(d / "scheduled_out.npz"),
             _load(d / "unscheduled_out.npz"),
         )
@@ -326,24 +326,24 @@ def _defaults(job: Job) -> tuple[tuple[Measured, Measured], tuple[int, int]]:
         "resident bytes before the first (the arena keeps what a run took) + resident bytes"
     )
     measured = (
-        _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
-        _measured(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
+        measured_figures(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
+        measured_figures(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
     )
     return measured, (copies, kept)
 
 
-def _compare_outputs(
+def _match_outputs(
     got: Replayed, model: onnx.ModelProto, provider: Provider, notes: list[str]
 ) -> tuple[bool, float, list[str]]:
     """The schedule's outputs against the unscheduled run's (bitwise on the CPU), and against
     the original model's where it was run too."""
     names = [o.name for o in model.graph.output]
     exact = provider == "cpu"
-    match, diff, bad = _compare(got.outputs, got.reference, names, exact=exact)
+    match, diff, bad = compare_outputs(got.outputs, got.reference, names, exact=exact)
     if got.original is not None:
         # One-node sessions round differently from the whole model's (e.g. Conv pre-packs its
         # constant weights), so the original is matched within tolerance, the baseline exactly.
-        match_o, diff_o, bad_o = _compare(got.outputs, got.original, names, exact=False)
+        match_o, diff_o, bad_o = compare_outputs(got.outputs, got.original, names, exact=False)
         match, diff, bad = match and match_o, max(diff, diff_o), bad + [n for n in bad_o if n not in bad]
         notes.append(
             "outputs also compared with the original model's run: numpy.allclose (rtol 1e-4, atol 1e-5)"
@@ -408,7 +408,7 @@ def _arena_check(
     assert schedule.memory_plan is not None
     a = arena_replay(engine, schedule.steps, schedule.memory_plan, feeds)
     names = [o.name for o in model.graph.output]
-    match, diff, bad = _compare(a.outputs, dict(reference), names, exact=True)
+    match, diff, bad = compare_outputs(a.outputs, dict(reference), names, exact=True)
     return {
         "planned_arena": a.planned_arena,
         "measured_arena": a.measured_arena,

@@ -1,4 +1,4 @@
-"""`remat optimize` and `remat apply`: the click commands; the work is in
+"""`remat optimize` and `remat apply`: parse, call, print; the work is in
 :mod:`remat_cli.runtime.optimize` and :mod:`remat_cli.runtime.deploy`.
 
 Exit codes: 0 written, 1 the written model's outputs differ from the original's, 2 bad input
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from remat_cli.cli_common import graph_options
+from remat_cli.cli.common import graph_options
 
 
 @click.command("optimize")
@@ -28,7 +28,7 @@ from remat_cli.cli_common import graph_options
 def optimize_command(model_path: str, output: str, level: str, provider: str) -> None:
     """Write onnxruntime's offline-optimized MODEL (its fusions and contrib ops), the graph a
     deployment runs: solve, run and apply it like any model."""
-    from remat_cli.cli_common import BadInput, err, friendly_errors
+    from remat_cli.cli.common import BadInput, err, friendly_errors
     from remat_cli.runtime.optimize import OptimizeRefused, optimize_model
     from remat_cli.runtime.session import RuntimeUnavailable
 
@@ -69,7 +69,7 @@ def apply_command(
     """Write SCHEDULE.json applied to MODEL.onnx as a standalone model: recomputed nodes
     duplicated, node order the schedule's, the session settings it needs in its metadata
     (printed as SessionOptions lines on stderr), the schedule's memory plan too."""
-    from remat_cli.cli_common import BadInput, err, fail, friendly_errors, read_graph, read_schedule
+    from remat_cli.cli.common import BadInput, err, fail, friendly_errors, read_graph, read_schedule
     from remat_cli.runtime.deploy import ApplyRefused, apply_schedule
     from remat_cli.runtime.session import RuntimeUnavailable
 

@@ -152,9 +152,10 @@ def main() -> None:
     out = ROOT / "bench" / "results" / f"{args.out}.json"
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.models:
-            opt = Path(tmp) / f"{src.stem}.opt.onnx"
-            optimize_model(src, opt, level="extended")
-            for f in fractions:
+            optimize_model(src, Path(tmp) / f"{src.stem}.opt.onnx", level="extended")
+        for f in fractions:  # every model at the first fraction first: a stopped run has all six
+            for src in args.models:
+                opt = Path(tmp) / f"{src.stem}.opt.onnx"
                 d = Path(tmp) / f"{src.stem}_{f}"
                 d.mkdir()
                 t0 = time.time()

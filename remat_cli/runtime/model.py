@@ -158,9 +158,15 @@ def recomputed_copies(model: onnx.ModelProto) -> int:
     :func:`scheduled_model` named ``<node>`` and ``<node>__remat<k>``. In onnxruntime's
     optimized graph too: a merge (common subexpression elimination) leaves one node of a group,
     and its rewrites keep the names of the nodes they leave alone."""
-    groups = Counter(REMAT_COPY.sub("", n.name) for n in model.graph.node if n.name)
-    marked = {REMAT_COPY.sub("", n.name) for n in model.graph.node if REMAT_COPY.search(n.name)}
+    names = [n.name for n in model.graph.node if n.name and not _helper(n.name)]
+    groups = Counter(REMAT_COPY.sub("", name) for name in names)
+    marked = {REMAT_COPY.sub("", name) for name in names if REMAT_COPY.search(name)}
     return sum(groups[g] - 1 for g in marked)
+
+
+def _helper(name: str) -> bool:
+    """A node the rewrite adds (a view made again, a Shape that releases an unread output)."""
+    return name.endswith("__release") or "__view" in name
 
 
 def _drop_unread_optional_outputs(

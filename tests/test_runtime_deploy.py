@@ -28,8 +28,8 @@ from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file, onnx_node_ids
 from remat_cli.planning.addresses import place
 from remat_cli.planning.memory_plan import buffers_of, make_plan
-from remat_cli.runtime import run_schedule
-from remat_cli.runtime.deploy import ORT_CONFIG, deployed_session, read_metadata
+from remat_cli.runtime import PlanExecutor, run_schedule
+from remat_cli.runtime.deploy import ORT_CONFIG, PLAN_KEY, deployed_session, read_metadata
 from remat_cli.runtime.model import make_inputs, recomputed_copies
 from remat_cli.runtime.session import measure, open_session, session_options
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
@@ -246,3 +246,27 @@ def test_optimize_reads_an_old_opset_model_zoo_model(tmp_path: Path) -> None:
     graph = from_onnx_file(out)
     fused = [n for n in graph.nodes if n.op == "FusedConv"]
     assert fused and all(n.cost > 2 * graph.value_map[n.outputs[0]].size // 4 > 0 for n in fused)
+
+
+def test_the_plan_executor_writes_every_planned_tensor_in_its_arena(chain, tmp_path: Path) -> None:
+    path, graph, sched = chain
+    bufs = buffers_of(graph, sched.steps)
+    offsets, arena, _, _ = place(bufs, 64, 1.0, 1)
+    planned = sched.model_copy(deep=True)
+    planned.memory_plan = make_plan(bufs, offsets, 64)
+    (tmp_path / "p.json").write_text(planned.to_json())
+    out = tmp_path / "out.onnx"
+    assert (
+        CliRunner().invoke(apply_command, [str(path), str(tmp_path / "p.json"), "-o", str(out)]).exit_code
+        == 0
+    )
+    feeds = make_inputs(onnx.load(str(path)), graph=graph)
+    pe = PlanExecutor(out)
+    assert pe.arena_bytes == arena
+    got = pe.run(feeds)
+    want = deployed_session(out).run(None, feeds)[0]
+    assert np.array_equal(got["out"], want)
+    # the graph output lives in the arena at its planned offset: the kernels wrote in place
+    slot = next(b for b in read_metadata(out)[PLAN_KEY]["buffers"] if b.get("tensor") == "out")
+    at = pe.arena[slot["offset"] : slot["offset"] + want.nbytes].view(np.float32).reshape(want.shape)
+    assert np.array_equal(at, want)

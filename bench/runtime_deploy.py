@@ -9,11 +9,12 @@ in one more (median of --repeat runs after a warm-up):
 Two groups of rows, one with glibc's mmap threshold lowered to 64 KiB (as `remat run` measures:
 every freed tensor goes back to the OS) and one with glibc as a deployment has it:
 
-- replay: the applied model under remat's replay settings (optimizers, arena, pattern, reuse off)
+- deployed (mmap64k): the applied model under remat's replay settings, which are the deployed
+  ones (optimizers, arena, pattern, reuse off; the file's order)
 - ort_defaults: the applied model under onnxruntime's defaults, CSE off
 - ort_defaults_unscheduled: the optimized model, unscheduled, under onnxruntime's defaults (the
   time reference: target = 1.10 x (1 + predicted overhead) x its median)
-- deployed: the applied model with the settings it carries (runtime.deploy.deployed_session)
+- deployed (glibc): the same, glibc as a deployment has it
 - plan: the applied model inside its memory plan (runtime.plan_executor.PlanExecutor)
 
     python3 bench/runtime_deploy.py [--models a.onnx b.onnx ...] [--fractions 1,0.7,0.5] [--repeat 5]
@@ -51,10 +52,10 @@ SHIPPED = [ROOT / "graphs" / f"torch_{n}_train.onnx" for n in ("mlp", "unet", "t
 #: to the OS, as remat run measures; glibc: the allocator as a deployment has it), the rows and
 #: their session settings, each group's times interleaved with its own reference
 GROUPS = {
+    # remat's replay settings are the deployed ones (session.session_options): one row for both;
+    # the plan executor allocates its arena itself, so it is measured once, under glibc's own
     "mmap64k": [
-        ("replay", "replay"),
         ("deployed", "deployed"),
-        ("plan", "plan"),
         ("ort_defaults_unscheduled", "defaults"),
     ],
     "glibc": [

@@ -235,6 +235,8 @@ def apply_schedule(
         out = scheduled_model(model, graph, schedule.steps, names)
     except ModelMismatch as e:
         raise ApplyRefused(str(e)) from None
+    made = {t for n in out.graph.node for t in n.output if t}  # an omitted optional output is no tensor
+    names = {k: t for k, t in names.items() if t in made}
     plan = plan_metadata(schedule.memory_plan, names, graph) if schedule.memory_plan else None
     meta = carried_metadata(threads, schedule, plan, sim.peak_memory)
     keep = [p for p in out.metadata_props if p.key not in meta]

@@ -270,3 +270,39 @@ def test_the_plan_executor_writes_every_planned_tensor_in_its_arena(chain, tmp_p
     slot = next(b for b in read_metadata(out)[PLAN_KEY]["buffers"] if b.get("tensor") == "out")
     at = pe.arena[slot["offset"] : slot["offset"] + want.nbytes].view(np.float32).reshape(want.shape)
     assert np.array_equal(at, want)
+
+
+def test_a_plan_with_an_omitted_optional_output_runs(tmp_path: Path) -> None:
+    """MaxPool's Indices, read by nothing, has a buffer in the plan but is no tensor of the
+    written model (the rewrite omits it): the plan leaves it out and the executor runs."""
+    nodes = [
+        oh.make_node("MaxPool", ["x"], ["y", "idx"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        oh.make_node("Relu", ["y"], ["out"], name="relu"),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "pool",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 64, 64])],
+        [oh.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 32, 32])],
+    )
+    path = tmp_path / "pool.onnx"
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9), str(path))
+    graph = from_onnx_file(path)
+    sched = build_schedule(
+        graph,
+        None,
+        "by-hand",
+        SolverResult(steps=steps_from_sequence(graph, [n.id for n in graph.nodes]), status="feasible"),
+        0.0,
+    )
+    bufs = buffers_of(graph, sched.steps)
+    offsets, _, _, _ = place(bufs, 64, 1.0, 1)
+    sched.memory_plan = make_plan(bufs, offsets, 64)
+    (tmp_path / "p.json").write_text(sched.to_json())
+    out = tmp_path / "out.onnx"
+    res = CliRunner().invoke(apply_command, [str(path), str(tmp_path / "p.json"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    tensors = {b.get("tensor") for b in read_metadata(out)[PLAN_KEY]["buffers"]}
+    assert "idx" not in tensors and "out" in tensors
+    x = make_inputs(onnx.load(str(path)), graph=graph)
+    assert np.array_equal(PlanExecutor(out).run(x)["out"], deployed_session(out).run(None, x)[0])

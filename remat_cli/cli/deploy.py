@@ -28,12 +28,13 @@ from remat_cli.cli.common import graph_options
 def optimize_command(model_path: str, output: str, level: str, provider: str) -> None:
     """Write onnxruntime's offline-optimized MODEL (its fusions and contrib ops), the graph a
     deployment runs: solve, run and apply it like any model."""
-    from remat_cli.cli.common import BadInput, err, friendly_errors
+    from remat_cli.cli.common import BadInput, check_writable, err, friendly_errors
     from remat_cli.runtime.optimize import OptimizeRefused, optimize_model
     from remat_cli.runtime.session import RuntimeUnavailable
 
     @friendly_errors
     def go() -> None:
+        check_writable(output)
         try:
             done = optimize_model(model_path, output, level=level, provider=provider)  # type: ignore[arg-type]
         except (OptimizeRefused, RuntimeUnavailable) as e:
@@ -69,12 +70,21 @@ def apply_command(
     """Write SCHEDULE.json applied to MODEL.onnx as a standalone model: recomputed nodes
     duplicated, node order the schedule's, the session settings it needs in its metadata
     (printed as SessionOptions lines on stderr), the schedule's memory plan too."""
-    from remat_cli.cli.common import BadInput, err, fail, friendly_errors, read_graph, read_schedule
+    from remat_cli.cli.common import (
+        BadInput,
+        check_writable,
+        err,
+        fail,
+        friendly_errors,
+        read_graph,
+        read_schedule,
+    )
     from remat_cli.runtime.deploy import ApplyRefused, apply_schedule
     from remat_cli.runtime.session import RuntimeUnavailable
 
     @friendly_errors
     def go() -> None:
+        check_writable(output)
         graph = read_graph(model_path, input_shapes, batch, cost)
         schedule = read_schedule(schedule_path)
         try:

@@ -217,7 +217,7 @@ def apply_schedule(
     from remat_cli.runtime.optimize import providers_for
     from remat_cli.schedule import ScheduleError, simulate
 
-    model_path, out_path = Path(model_path), Path(out_path)
+    model_path, out_path = Path(model_path), Path(os.path.realpath(out_path))
     providers = providers_for(provider)
     if schedule.graph.sha256 != graph.sha256():
         raise ApplyRefused(
@@ -287,7 +287,7 @@ def _write(model: onnx.ModelProto, out_path: Path, *, external: bool) -> None:
     """Save `model` at `out_path` through a temporary file in the same folder, so that a failure
     leaves no half-written file; weights in one external file beside it where the original had
     external data."""
-    fd, tmp = tempfile.mkstemp(prefix=".remat-apply-", suffix=".onnx", dir=out_path.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=".remat-apply-", suffix=".onnx", dir=out_path.parent)
     os.close(fd)
     try:
         if external:

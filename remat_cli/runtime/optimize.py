@@ -72,7 +72,7 @@ def optimize_model(
 
     if level not in LEVELS:
         raise OptimizeRefused(f"unknown --level {level!r} ({', '.join(LEVELS)})")
-    model_path, out_path = Path(model_path), Path(out_path)
+    model_path, out_path = Path(model_path), Path(os.path.realpath(out_path))
     try:
         before = read_model(str(model_path))
         check_external_data(before, model_path.parent, require_files=True)
@@ -82,7 +82,7 @@ def optimize_model(
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVEL[level])
     so.log_severity_level = 3
-    fd, tmp = tempfile.mkstemp(prefix=".remat-opt-", suffix=".onnx", dir=out_path.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=".remat-opt-", suffix=".onnx", dir=out_path.parent)
     os.close(fd)
     try:
         so.optimized_model_filepath = tmp

@@ -57,9 +57,9 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run_measured(cmd: list[str]) -> tuple[int, float, float, str]:
-    """Exit code, wall seconds and peak resident MB (the largest process of its tree) of `cmd`,
-    and its stderr's last line."""
+def run_measured(cmd: list[str]) -> tuple[int, float, float, float, str]:
+    """Exit code, wall seconds, CPU seconds (its process tree's, user + system) and peak resident
+    MB (the largest process of its tree) of `cmd`, and its stderr's last line."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
@@ -73,7 +73,8 @@ def run_measured(cmd: list[str]) -> tuple[int, float, float, str]:
         wall = time.monotonic() - t0
         err.seek(0)
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
-    return p.returncode, wall, usage.ru_maxrss / 1024, lines[-1] if lines else ""
+    cpu = usage.ru_utime + usage.ru_stime
+    return p.returncode, wall, cpu, usage.ru_maxrss / 1024, lines[-1] if lines else ""
 
 
 def solve_cell(path: Path, budget: int, solver: str, limit: float) -> dict[str, Any]:
@@ -85,8 +86,13 @@ def solve_cell(path: Path, budget: int, solver: str, limit: float) -> dict[str, 
         if solver != "blocks":
             cmd += ["--time-limit", f"{limit:g}"]
         before = load()
-        code, wall, rss, last = run_measured(cmd)
-        row: dict[str, Any] = {"exit": code, "wall_s": round(wall, 2), "rss_mb": round(rss, 1)}
+        code, wall, cpu, rss, last = run_measured(cmd)
+        row: dict[str, Any] = {
+            "exit": code,
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "rss_mb": round(rss, 1),
+        }
         row |= {"load_before": before, "load_after": load()}
         if out.exists():
             s = json.loads(out.read_text())

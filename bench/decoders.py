@@ -28,7 +28,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from remat_cli.runtime.torch_export import Spec, export_training_graph  # noqa: E402
+from remat_cli.importers.torch_export import Spec, export_training_graph  # noqa: E402
 
 #: where exported decoders are kept between runs (git-ignored)
 CACHE = Path(__file__).resolve().parent / ".cache"

@@ -49,7 +49,7 @@ def test_export_torch_records_each_nodes_module(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from remat_cli.runtime.torch_export import export_training_graph
+    from remat_cli.importers.torch_export import export_training_graph
 
     class Block(nn.Module):
         def __init__(self) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators as G
 from remat_cli import registry
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
+from remat_cli.importers import generators as G
 from remat_cli.importers.onnx import from_onnx_file
-from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline
 from remat_cli.solver import OptionError, SolveOptions
 

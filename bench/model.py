@@ -17,7 +17,7 @@ resident bytes); with --engine-limit > 0, the address engines with the program o
 Writes bench/results/model.json (--name to change). The summary's median and worst solve times
 are over the graphs of at most 1,000 operators; larger ones are listed apart.
 
-    python3 bench/model.py --merge-from bench/results/model_pairs.json
+    python3 bench/model.py --graphs ... --name model_part && python3 bench/model.py --merge-from bench/results/model_part.json
 
 solves nothing: the rows of that run replace those of the same graphs in model.json (each keeps
 its run's command and date under "run") and the summary is recomputed over all rows.
@@ -38,16 +38,16 @@ sys.path.insert(0, str(ROOT))
 import onnx  # noqa: E402
 from common import write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
-from remat_cli.memory_plan import arena_peak, buffers_of  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.planning.addresses import place  # noqa: E402
+from remat_cli.planning.memory_plan import arena_peak, buffers_of  # noqa: E402
 from remat_cli.runtime import interpret as interp  # noqa: E402
 from remat_cli.runtime import run_schedule  # noqa: E402
 from remat_cli.runtime.arena import arena_replay  # noqa: E402
 from remat_cli.runtime.model import make_inputs  # noqa: E402
 from remat_cli.schedule import baseline, baseline_steps  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
-from remat_cli.solvers.model.addresses import place  # noqa: E402
 
 #: MODeL Table/§5.5 means for reordering alone (fragmentation-free peak vs. PyTorch's order)
 PAPER_REORDER_MEAN = {"batch 1": -0.239, "batch 32": -0.117}

@@ -90,6 +90,12 @@ BUILTIN: dict[str, Entry] = {
         "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward",
         _CHEN,
     ),
+    "blocks": Entry(
+        "remat_cli.solvers.blocks:Blocks",
+        "per-block checkpointing: keep each block's input, recompute its forward before its backward",
+        "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016, §4.1, with the model's blocks "
+        "as segments (torch.utils.checkpoint per layer)",
+    ),
     "chen-greedy": Entry(
         "remat_cli.solvers.chen:ChenGreedy",
         "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward",
@@ -175,7 +181,22 @@ def _exists(module: str) -> bool:
 
 
 @cache
-def _table() -> dict[str, str]:
+def solver_table() -> dict[str, str]:
+    """Every registered solver's name and where its class is, read once.
+
+    The built-ins whose module exists (in :data:`BUILTIN`'s order), then the entry points of
+    :data:`ENTRY_POINT_GROUP`; a built-in name is never replaced by an entry point's.
+
+    Returns
+    -------
+    dict of str to str
+        ``{name: "package.module:SolverClass"}``.
+
+    Examples
+    --------
+    >>> solver_table()["greedy"]
+    'remat_cli.solvers.greedy:Greedy'
+    """
     table = {}
     for name, entry in BUILTIN.items():
         if _exists(entry.path.partition(":")[0]):  # solvers still being written are absent
@@ -200,7 +221,7 @@ def names() -> list[str]:
     >>> {"greedy", "checkmate", "fastsa"} <= set(names())
     True
     """
-    return list(_table())
+    return list(solver_table())
 
 
 def get(name: str) -> Solver:
@@ -227,7 +248,7 @@ def get(name: str) -> Solver:
     >>> type(solver).__name__, solver.exact
     ('ChenGreedy', False)
     """
-    table = _table()
+    table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
     return _load(table[name])()
@@ -256,7 +277,7 @@ def info(name: str) -> Entry:
     >>> info("fastsa").requires
     ('numba',)
     """
-    table = _table()
+    table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
     entry = BUILTIN.get(name)

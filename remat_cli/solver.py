@@ -2,8 +2,8 @@
 
 A solver is a class with `name`, `method`, `paper`, declared `params`, `availability()`,
 `supports(graph)` and `solve(graph, budget, options) -> SolverResult`. It returns steps; it
-never touches files or the terminal. `remat_cli.runner.run_solver` simulates what it returns and
-builds the Schedule, so a solver's own bookkeeping never reaches the user.
+never touches files or the terminal. `remat_cli.execution.runner.run_solver` simulates what it
+returns and builds the Schedule, so a solver's own bookkeeping never reaches the user.
 
 Examples
 --------
@@ -248,7 +248,7 @@ class SolveOptions:
         Multi-device graphs: each device's budget (the `budget` argument is then their largest).
     nominal_limit : float, optional
         The limit as the user gave it, when `time_limit` is what start-up and loading left of it
-        (:mod:`remat_cli.watchdog`); see :meth:`work_limit`.
+        (:mod:`remat_cli.execution.watchdog`); see :meth:`work_limit`.
 
     Examples
     --------

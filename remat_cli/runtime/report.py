@@ -64,16 +64,51 @@ class RunReport(BaseModel):
     order_kept: bool | None = None
     #: interpret mode with a memory_plan: the replay inside one arena (runtime/arena.py)
     arena: dict[str, Any] | None = None
+    #: the same rewritten model (and the unscheduled one) under onnxruntime's default session
+    #: settings with only common subexpression elimination off: what a plain deployment sees
+    ort_defaults: Measured | None = None
+    ort_defaults_unscheduled: Measured | None = None
+    #: recomputed node copies in the rewritten model, and how many of them onnxruntime's
+    #: optimized graph still holds under its defaults (fusions may absorb some)
+    recomputations: int | None = None
+    recomputations_kept: int | None = None
     notes: list[str]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=1)
 
-    def table(self) -> list[tuple[str, str, str, str]]:
-        """Rows (quantity, predicted, measured, unscheduled) for the CLI's table."""
+    def columns(self) -> list[str]:
+        """The table's column heads: the replay's, then onnxruntime's defaults where measured."""
+        heads = ["", "predicted", "scheduled run", "unscheduled run"]
+        if self.ort_defaults is not None:
+            heads += ["scheduled, ORT defaults", "unscheduled, ORT defaults"]
+        return heads
+
+    def table(self) -> list[tuple[str, ...]]:
+        """Rows (quantity, predicted, measured, unscheduled[, the same two under onnxruntime's
+        defaults]) for the CLI's table."""
+        rows = self._replay_rows()
+        d, du = self.ort_defaults, self.ort_defaults_unscheduled
+        if d is None or du is None:
+            return rows
+        p = self.predicted.peak_memory
+        extra = {
+            "peak memory": (megabytes(d.peak_memory), megabytes(du.peak_memory)),
+            "peak vs predicted": (
+                (f"{d.peak_memory / p - 1:+.1%}", f"{du.peak_memory / p - 1:+.1%}") if p else ("", "")
+            ),
+            "time": (f"{d.seconds * 1e3:.1f} ms", f"{du.seconds * 1e3:.1f} ms"),
+            "CPU time": (f"{d.cpu_seconds * 1e3:.1f} ms", f"{du.cpu_seconds * 1e3:.1f} ms"),
+            "time overhead": (f"{d.seconds / du.seconds - 1:+.1%}" if du.seconds > 0 else "", ""),
+            "recomputations kept": (f"{self.recomputations_kept} of {self.recomputations}", ""),
+        }
+        out = [(*r, *extra.get(r[0], ("", ""))) for r in rows]
+        return out + [("recomputations kept", "", "", "", *extra["recomputations kept"])]
+
+    def _replay_rows(self) -> list[tuple[str, ...]]:
         p, m, u = self.predicted, self.measured, self.unscheduled
         return [
-            ("peak memory", _mb(p.peak_memory), _mb(m.peak_memory), _mb(u.peak_memory)),
+            ("peak memory", megabytes(p.peak_memory), megabytes(m.peak_memory), megabytes(u.peak_memory)),
             (
                 "peak vs predicted",
                 "",
@@ -88,11 +123,11 @@ class RunReport(BaseModel):
         ]
 
 
-def _mb(b: int) -> str:
+def megabytes(b: int) -> str:
     return f"{b / 1e6:,.2f} MB"  # as the CLI's other tables
 
 
-def _predicted(sim: SimResult, base_sim: SimResult) -> Predicted:
+def predicted_figures(sim: SimResult, base_sim: SimResult) -> Predicted:
     """The simulator's figures for the schedule (`sim`) and the unscheduled baseline (`base_sim`)."""
     return Predicted(
         peak_memory=sim.peak_memory,
@@ -106,7 +141,7 @@ def _predicted(sim: SimResult, base_sim: SimResult) -> Predicted:
 R = TypeVar("R", bound=RunReport)
 
 
-def _report(
+def build_report(
     cls: type[R],
     model_path: str | Path,
     graph: Graph,
@@ -142,7 +177,7 @@ def _report(
     )
 
 
-def _measured(
+def measured_figures(
     peak: int, times: list[float], cpu_times: list[float], resident: int, *, exact: bool
 ) -> Measured:
     # Interpret mode's peak already includes the resident values; session mode's does not.
@@ -156,7 +191,7 @@ def _measured(
     )
 
 
-def _compare(
+def compare_outputs(
     a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: list[str], *, exact: bool
 ) -> tuple[bool, float, list[str]]:
     bad: list[str] = []

@@ -51,7 +51,7 @@ class InputError(ValueError):
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> graph = generators.linear(5, seed=1)
     >>> try:
     ...     budget_bytes(graph, "lots")
@@ -76,7 +76,7 @@ class NoSchedule(RuntimeError):
     --------
     Chen's sqrt(n) checkpoints cannot bring this chain down to 80% of its peak:
 
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> graph = generators.linear(5, seed=1)
     >>> try:
     ...     solve(graph, "80%", solver="chen-sqrtn")
@@ -175,7 +175,7 @@ def load_graph(
     Examples
     --------
     >>> import pathlib, tempfile
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "chain.json"
     >>> _ = path.write_text(generators.linear(5, seed=1).to_json())
     >>> graph = load_graph(path)
@@ -218,7 +218,7 @@ def budget_bytes(graph: Graph, budget: int | str) -> int:
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> graph = generators.linear(5, seed=1)  # peak 36,000 B without rematerialization
     >>> budget_bytes(graph, "80%")
     28800
@@ -298,7 +298,7 @@ def solve(
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> graph = generators.linear(5, seed=1)
     >>> schedule = solve(graph, "80%", solver="chen-greedy")
     >>> schedule.budget, schedule.summary.peak_memory <= schedule.budget
@@ -378,7 +378,7 @@ def simulate(graph: Graph, schedule: Schedule | Sequence[Step]) -> SimResult:
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> graph = generators.linear(5, seed=1)
     >>> schedule = solve(graph, "80%", solver="chen-greedy")
     >>> result = simulate(graph, schedule)

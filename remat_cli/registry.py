@@ -341,7 +341,7 @@ def call_solver(
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> from remat_cli.solver import SolveOptions
     >>> notes = []
     >>> result = call_solver("chen-greedy", generators.linear(5, seed=1), 28_800, SolveOptions(), notes)

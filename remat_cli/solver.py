@@ -9,7 +9,7 @@ Examples
 --------
 The least solver, the baseline that keeps every tensor (as ``checkpoint-all`` does):
 
->>> from remat_cli import generators
+>>> from remat_cli.importers import generators
 >>> from remat_cli.schedule import baseline_steps, simulate
 >>> class KeepAll(Solver):
 ...     name, method, paper = "keep-all", "no rematerialization", "-"
@@ -464,7 +464,8 @@ class Solver(ABC):
 
         Examples
         --------
-        >>> from remat_cli import generators, registry
+        >>> from remat_cli import registry
+        >>> from remat_cli.importers import generators
         >>> registry.get("greedy").supports(generators.linear(5, seed=1)) is None
         True
         """
@@ -582,7 +583,8 @@ class Solver(ABC):
 
         Examples
         --------
-        >>> from remat_cli import generators, registry
+        >>> from remat_cli import registry
+        >>> from remat_cli.importers import generators
         >>> graph = generators.linear(5, seed=1)
         >>> solver = registry.get("chen-greedy")
         >>> result = solver.solve(graph, 28_800, solver.resolve(SolveOptions(seed=0)))

@@ -163,7 +163,7 @@ def budget_for(graph: Graph, fraction: float) -> int:
 
     Examples
     --------
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> g = generators.linear(5, seed=1)  # peak 36,000 B, lower bound 23,000 B
     >>> budget_for(g, 0.8), budget_for(g, 0.1)
     (28800, 23000)
@@ -191,7 +191,7 @@ def tiny_budgets(graph: Graph) -> list[int]:
     --------
     >>> tiny_budgets(tiny_graph(8, seed=0))
     [22, 23, 24, 25]
-    >>> from remat_cli import generators
+    >>> from remat_cli.importers import generators
     >>> tiny_budgets(generators.linear(3, seed=5))
     [16000, 16001, 17502, 19003, 19004]
     """

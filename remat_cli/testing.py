@@ -812,13 +812,18 @@ def check_solver(solver: Solver | str) -> None:
         check(s)
 
 
-def parametrize_with_checks(solvers: Iterable[Solver | str]) -> Any:
+def parametrize_with_checks(
+    solvers: Iterable[Solver | str], marks: Callable[[Solver, Check], Iterable[Any]] | None = None
+) -> Any:
     """A pytest mark that parametrizes a test over every (solver, applicable check).
 
     Parameters
     ----------
     solvers : iterable of Solver or str
         Instances, or registry names.
+    marks : callable, optional
+        ``marks(solver, check)`` gives the pytest marks of that case (e.g. ``[pytest.mark.slow]``
+        for a solver that searches until its time limit), so a fast tier can leave it out.
 
     Returns
     -------
@@ -828,13 +833,17 @@ def parametrize_with_checks(solvers: Iterable[Solver | str]) -> Any:
     Examples
     --------
     >>> mark = parametrize_with_checks(["checkpoint-all"])
-    >>> mark.kwargs["ids"][:2]
+    >>> [case.id for case in mark.args[1]][:2]
     ['checkpoint-all-check_describes_itself', 'checkpoint-all-check_registry_entry']
     """
     import pytest
 
-    cases = [(s, c) for s in map(_instance, solvers) for c in all_checks(s)]
-    return pytest.mark.parametrize("solver, check", cases, ids=[f"{s.name}-{c.__name__}" for s, c in cases])
+    cases = [
+        pytest.param(s, c, id=f"{s.name}-{c.__name__}", marks=list(marks(s, c)) if marks else ())
+        for s in map(_instance, solvers)
+        for c in all_checks(s)
+    ]
+    return pytest.mark.parametrize("solver, check", cases)
 
 
 # ---- the exhaustive reference of the exact checks ----

@@ -140,7 +140,10 @@ def test_hierarchical_not_below_flat_optimum(fraction: float) -> None:
     opt = _direct_optimum(g, budget)
     assert opt is not None
     sched, _ = run_solver(
-        g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_subgraph": 3, "max_top": 3})
+        g,
+        budget,
+        "hilp",
+        SolveOptions(time_limit=5, seed=0, workers=1, params={"max_subgraph": 3, "max_top": 3}),
     )
     assert sched is not None and sched.summary.peak_memory <= budget
     assert sched.summary.cost >= opt - 1e-6
@@ -982,7 +985,8 @@ def test_without_a_time_limit_the_default_one_holds() -> None:
     under DEFAULT_TIME_LIMIT and says so in its params."""
     g = G.linear(6, seed=3)
     budget = int(0.7 * baseline(g).peak_memory)
-    sched, res = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_top": 3}))
+    alone = {"max_top": 3, "flat_start": "", "fallback": "none"}  # no helper spends the default limit
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=alone))
     assert sched is not None and sched.summary.peak_memory <= budget
     assert res.params["time_limit"] == DEFAULT_TIME_LIMIT
     _, given = run_solver(

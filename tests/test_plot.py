@@ -83,6 +83,7 @@ def test_tradeoff_figure_data_is_the_jsonl(sweep: tuple[Path, dict[str, Graph]])
     assert {"greedy", "moccasin", BASELINE_LABEL} <= set(labels)
 
 
+@pytest.mark.slow
 def test_memory_figure_follows_the_simulator(sweep: tuple[Path, dict[str, Graph]]) -> None:
     results, graphs = sweep
     (r,) = [
@@ -104,6 +105,7 @@ def test_memory_figure_follows_the_simulator(sweep: tuple[Path, dict[str, Graph]
     assert r["peak"] <= r["budget_bytes"] < baseline(g).peak_memory
 
 
+@pytest.mark.slow
 def test_report_has_the_figure_and_every_cell(sweep: tuple[Path, dict[str, Graph]]) -> None:
     results, graphs = sweep
     records = read_records(results)

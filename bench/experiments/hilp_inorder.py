@@ -52,7 +52,8 @@ from remat_cli.milp import solve as milp_solve  # noqa: E402
 from remat_cli.schedule import baseline, simulate, steps_from_sequence  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.context import Ctx  # noqa: E402
-from remat_cli.solvers.hilp.model import Instance, build_instance, complete, decode, flatten, hilp_model  # noqa: E402
+from remat_cli.solvers.hilp.instance import Instance, build_instance  # noqa: E402
+from remat_cli.solvers.hilp.model import complete, decode, flatten, hilp_model  # noqa: E402
 from remat_cli.solvers.hilp.units import atomic, compute_nodes, first_ranks, follow  # noqa: E402
 from remat_cli.solvers.hilp.warmstart import flat_hint  # noqa: E402
 

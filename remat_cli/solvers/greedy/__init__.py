@@ -52,9 +52,9 @@ from remat_cli.schedule import (
     steps_from_sequence,
 )
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays, _arrays, low_memory_order
-from remat_cli.solvers.greedy.dtr import _run
-from remat_cli.solvers.greedy.split import SPLIT_DEPTH, _split
+from remat_cli.solvers.greedy.arrays import Abandon, Arrays, build_arrays, low_memory_order
+from remat_cli.solvers.greedy.dtr import run_dtr
+from remat_cli.solvers.greedy.split import SPLIT_DEPTH, run_split
 
 #: "auto" leaves the split strategies out above this many computes: each split round decodes
 #: the whole sequence again, so the pass is quadratic (2,000 nodes: a minute; 100,000: days)
@@ -69,7 +69,7 @@ TARGETS = (1.0, 0.98, 0.95, 0.9)
 
 def _aim(
     graph: Graph,
-    a: _Arrays,
+    a: Arrays,
     budget: int,
     strategy: str,
     go: Callable[[], bool],
@@ -91,12 +91,12 @@ def _aim(
             return
         try:
             if strategy == "split":
-                seq = _split(a, budget * target, rounds, SPLIT_DEPTH, stop, bound)
+                seq = run_split(a, budget * target, rounds, SPLIT_DEPTH, stop, bound)
             elif strategy == "split-shallow":
-                seq = _split(a, budget * target, rounds, 0, stop, bound)
+                seq = run_split(a, budget * target, rounds, 0, stop, bound)
             else:
-                seq, _ = _run(a, budget * target, strategy, stop, bound)
-        except _Abandon:
+                seq, _ = run_dtr(a, budget * target, strategy, stop, bound)
+        except Abandon:
             return
         steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
         sim = simulate(graph, steps)
@@ -111,7 +111,7 @@ def evict_in_order(graph: Graph, budget: int, order: list[str]) -> list[Step] | 
     nodes are first computed in `order` (a topological order), or None. fastsa's last rescue runs
     it in the order of the least peak it annealed: on mobilenet_v2_b1 at 50% that order fits
     with belady-estar-lazy where neither the graph's order nor the low-memory one does."""
-    a = _arrays(graph, order)
+    a = build_arrays(graph, order)
     best: tuple[float, list[Step]] | None = None
     for strategy in ("belady-estar-lazy", "belady-estar"):
         bound = best[0] if best is not None else float("inf")
@@ -190,7 +190,7 @@ class Greedy(Solver):
         for order_name in ("", "low-memory order"):
             if best is not None or (ran and out_of_time()):
                 break
-            a = _arrays(graph, low_memory_order(graph) if order_name else None)
+            a = build_arrays(graph, low_memory_order(graph) if order_name else None)
             for strategy in strategies:
                 bound = best[0] if best is not None else float("inf")
                 for target, steps, sim in _aim(graph, a, budget, strategy, go, out_of_time, bound):

@@ -12,7 +12,7 @@ now run them in the new order). A cheaper schedule the simulator confirms within
     python3 bench/hilp_reorder.py                      # the four shipped exports at 50%
     python3 bench/hilp_reorder.py --only torch_unet_train --size 16 --random 2 --out hilp_reorder_unet
 
-Prints a table and writes bench/results/hilp_reorder.json.
+Prints a table and writes bench/experiments/results/hilp_reorder.json.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and bench/ for common.py
 
-from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
+from common import EXPORTS, export_cells, write_results  # noqa: E402
+
 from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.milp import EngineSettings  # noqa: E402
@@ -156,7 +158,7 @@ def main() -> None:
     ap.add_argument("--random", type=int, default=2, help="random orders per window")
     ap.add_argument("--window-seconds", type=float, default=10.0, help="HiGHS's limit per order")
     ap.add_argument("--seconds", type=float, default=600.0, help="the sweep's limit per cell")
-    ap.add_argument("--out", default="hilp_reorder", help="bench/results/OUT.json")
+    ap.add_argument("--out", default="hilp_reorder", help="bench/experiments/results/OUT.json")
     args = ap.parse_args()
     rows = []
     table = Table("graph", "budget", "fastsa", "reordered windows", "orders solved", "infeasible", "seconds")
@@ -185,7 +187,7 @@ def main() -> None:
         )
         Console(stderr=True).print(f"{name} {frac:.0%}: {row}")
     Console(stderr=True).print(table)
-    write_results(args.out, rows, fastsa_seconds=args.fastsa, size=args.size)
+    write_results(args.out, rows, folder=HERE / "results", fastsa_seconds=args.fastsa, size=args.size)
 
 
 if __name__ == "__main__":

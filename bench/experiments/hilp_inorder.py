@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and bench/ for common.py
 
-from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
+from common import EXPORTS, export_path, write_results  # noqa: E402
 
 from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
@@ -52,7 +52,8 @@ from remat_cli.milp import solve as milp_solve  # noqa: E402
 from remat_cli.schedule import baseline, simulate, steps_from_sequence  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.context import Ctx  # noqa: E402
-from remat_cli.solvers.hilp.model import Instance, build_instance, complete, decode, flatten, hilp_model  # noqa: E402
+from remat_cli.solvers.hilp.instance import Instance, build_instance  # noqa: E402
+from remat_cli.solvers.hilp.model import complete, decode, flatten, hilp_model  # noqa: E402
 from remat_cli.solvers.hilp.units import atomic, compute_nodes, first_ranks, follow  # noqa: E402
 from remat_cli.solvers.hilp.warmstart import flat_hint  # noqa: E402
 
@@ -180,7 +181,7 @@ def main() -> None:
     args = ap.parse_args()
     only = {s for s in args.only.split(",") if s}
     paths = [export_path(n) for n in EXPORTS] + args.graphs
-    out = RESULTS / f"{args.out}.json"
+    out = HERE / "results" / f"{args.out}.json"
     rows = json.loads(out.read_text())["rows"] if out.exists() else []
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     for p in paths:
@@ -191,7 +192,7 @@ def main() -> None:
             row = {"graph": p.stem, "nodes": len(g.nodes), **cell(g, frac, args), "command": command}
             print(json.dumps(row), flush=True)
             rows = [r for r in rows if (r["graph"], r["fraction"]) != (p.stem, frac)] + [row]
-            write_results(args.out, rows, note=NOTE)
+            write_results(args.out, rows, folder=HERE / "results", note=NOTE)
     print(
         f"{'graph':26} {'budget':>6} {'nodes':>6} {'fastsa':>8} {'H-ILP':>8} {'its bound':>9} {'seconds':>7}"
     )

@@ -19,7 +19,7 @@ is proved optimal shows that no re-ordering, recomputation or keeping inside it 
     python3 bench/free_order_windows.py --window 12 --window-limit 30 --start-limit 120
     python3 bench/free_order_windows.py --start greedy --out free_order_windows_greedy
 
-Prints a table and writes bench/results/free_order_windows.json (or --out).
+Prints a table and writes bench/experiments/results/free_order_windows.json (or --out).
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and bench/ for common.py
 
-from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
+from common import EXPORTS, export_cells, write_results  # noqa: E402
+
 from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.milp.engine import EngineSettings, LinearModel, solve  # noqa: E402
@@ -268,7 +270,11 @@ def main() -> None:
         table.add_row(*(str(v) for v in row.values()))
         Console(stderr=True).print(table)
     Console().print(table)
-    print(write_results(args.out, rows, start=args.start, window=args.window, note=args.note))
+    print(
+        write_results(
+            args.out, rows, folder=HERE / "results", start=args.start, window=args.window, note=args.note
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from typing import Any
 
 import onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and bench/ for common.py
 
 from common import write_results  # noqa: E402
 
@@ -89,7 +90,10 @@ def main() -> None:
             cells = [row[k]["overhead"] for k in ("autograd", "structural", "fastsa")]
             print(row["graph"], fraction, *("none" if c is None else f"{c:.2%}" for c in cells), flush=True)
     write_results(
-        args.out, rows, note="H-ILP alone (" + ", ".join(f"{k}={v!r}" for k, v in OWN.items()) + ")"
+        args.out,
+        rows,
+        folder=HERE / "results",
+        note="H-ILP alone (" + ", ".join(f"{k}={v!r}" for k, v in OWN.items()) + ")",
     )
 
 

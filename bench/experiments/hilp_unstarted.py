@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]  # the checkout, and bench/ for common.py
 
 from common import export_cells, write_results  # noqa: E402
 
@@ -117,6 +118,7 @@ def main() -> None:
     write_results(
         args.out,
         rows,
+        folder=HERE / "results",
         note="refined top without any start; " + ", ".join(f"{k}={v!r}" for k, v in OWN.items()),
     )
 

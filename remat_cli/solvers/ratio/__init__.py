@@ -1,0 +1,305 @@
+"""ratio: a fast first schedule by dropping values in order of bytes freed per recompute cost.
+
+Each value whose uses in the baseline order leave a gap across the baseline's peak (on a
+training graph: a forward activation read again in the backward) is a candidate: *dropped*, it is
+freed after its last use before the gap and its producer runs again right before its first use
+after it, from the values live then (a dropped input of that producer is recomputed first, in
+turn). Candidates are ranked by the bytes they free per unit of recompute cost (the knapsack
+ratio, as Checkmate's LP rounding and Chen et al.'s sqrt(n) segments trade memory for compute),
+a candidate whose recomputation would chain through more than `depth` dropped values is passed
+over (a chain back through the residual stream recomputes the whole forward), and the shortest
+prefix of the ranking whose schedule fits the budget is found by bisection, each prefix checked
+by the simulator. Depths 1, 2, 3 and unbounded are tried; the cheapest schedule within budget
+is kept, then whole classes of dropped values (the same producer op, size and cost: one class
+per position of a repeated block) are kept again, the costliest first, while the schedule still
+fits.
+
+The rule depends only on each value's size, its producer's cost and the chains it would start,
+so the blocks of a repeated stack (a decoder's layers) get the same pattern, and its overhead
+does not grow with depth; it takes a few dozen simulations, so it is the anytime first schedule
+that `auto` hands its lanes as their warm start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from remat_cli.graph import Graph
+from remat_cli.schedule import baseline_steps, steps_from_sequence
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+
+#: how early a dropped value may be made again, in positions of the baseline order, as a share of
+#: its length (negative: any time)
+SLACKS = (0.0, 0.003, 0.01, 0.02)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A value that may be dropped across its widest gap in the baseline order."""
+
+    value: str
+    producer: str
+    #: baseline positions of its last use before the gap and its first use after it
+    before: int
+    after: int
+    ratio: float
+
+
+def candidates(graph: Graph, order: list[str], peak_at: int) -> list[Candidate]:
+    """The values whose widest gap between uses (the production counting as one) holds the
+    baseline order's position `peak_at`, best ratio first."""
+    nodes = graph.node_map
+    pos = {n: k for k, n in enumerate(order)}
+    uses: dict[str, list[int]] = defaultdict(list)
+    for k, n_id in enumerate(order):
+        for v in nodes[n_id].inputs:
+            uses[v].append(k)
+    out = []
+    for n_id in order:
+        n = nodes[n_id]
+        if not n.recomputable:
+            continue
+        for v in n.outputs:
+            at = [pos[n_id], *sorted(set(uses.get(v, ())))]
+            gaps = [(at[i + 1] - at[i], i) for i in range(len(at) - 1)]
+            if not gaps:
+                continue
+            _, i = max(gaps)
+            if not at[i] < peak_at < at[i + 1]:
+                continue
+            out.append((v, n_id, at[i], at[i + 1]))
+    across = {v for v, *_ in out}
+    last = {v: at[-1] for v, at in uses.items()}
+    memo: dict[str, float] = {}
+
+    def remake(v: str) -> float:
+        """What making `v` again after the peak costs: its producer and, recursively, the inputs
+        it needs that are not live across the peak (used only before it)."""
+        if v not in memo:
+            p = nodes[graph.producer[v]]
+            gone = [
+                u for u in p.inputs if u in graph.producer and u not in across and last.get(u, -1) < peak_at
+            ]
+            memo[v] = p.cost + sum(remake(u) for u in gone)
+        return memo[v]
+
+    ranked = []
+    for v, n_id, before, after in out:
+        cost = remake(v)
+        size = graph.value_map[v].size
+        ranked.append(Candidate(v, n_id, before, after, size / cost if cost > 0 else float("inf")))
+    ranked.sort(key=lambda c: (-c.ratio, c.before))
+    return ranked
+
+
+def chained(graph: Graph, ranked: list[Candidate], slack: int, peak_at: int) -> list[Candidate]:
+    """`ranked` without the candidates that, dropped after those before them, would have a
+    dropped value made again more than `slack` positions before its own first use after the gap:
+    a chain back through the residual stream recomputes the whole forward at once and holds it
+    (slack < 0: no such limit)."""
+    if slack < 0:
+        return ranked
+    nodes = graph.node_map
+    producer = graph.producer
+    consumers = graph.consumers
+    across = {c.value for c in ranked}
+    last: dict[str, int] = {}
+    for k, n_id in enumerate(graph.needed_order):
+        for v in nodes[n_id].inputs:
+            last[v] = k
+    after: dict[str, int] = {}  # dropped value -> its first use after its gap
+
+    def gone(u: str) -> bool:  # made again by a recomputation that needs it after the peak
+        return u in producer and (u in after or (u not in across and last.get(u, -1) < peak_at))
+
+    def below(v: str) -> list[str]:
+        """The dropped values that making v again needs first (through values gone by then)."""
+        out, todo, seen = [], [v], {v}
+        while todo:
+            for u in nodes[producer[todo.pop()]].inputs:
+                if u not in seen and gone(u):
+                    seen.add(u)
+                    (out.append if u in after else todo.append)(u)
+        return out
+
+    def above(v: str) -> list[str]:
+        """The dropped values whose making again needs v (through values gone by then)."""
+        out, todo, seen = [], [v], {v}
+        while todo:
+            for n_id in consumers.get(todo.pop(), ()):
+                for w in nodes[n_id].outputs:
+                    if w not in seen and gone(w):
+                        seen.add(w)
+                        (out.append if w in after else todo.append)(w)
+        return out
+
+    kept = []
+    for c in ranked:
+        if any(after[u] > c.after + slack for u in below(c.value)):
+            continue
+        if any(c.after > after[w] + slack for w in above(c.value)):
+            continue
+        after[c.value] = c.after
+        kept.append(c)
+    return kept
+
+
+def sequence(graph: Graph, order: list[str], dropped: dict[str, Candidate]) -> list[str]:
+    """The baseline order with each dropped value's producer run again before its first use after
+    its gap; an input of a producer run again that is no longer live (dropped, or past its last
+    use in the baseline order) is made again first, recursively."""
+    nodes = graph.node_map
+    producer = graph.producer
+    last: dict[str, int] = {}
+    for k, n_id in enumerate(order):
+        for v in nodes[n_id].inputs:
+            last[v] = k
+    made: dict[str, int] = {}  # value -> position where it was last made again
+    seq: list[str] = []
+
+    def gone(u: str, k: int) -> bool:
+        if u not in producer or made.get(u, -1) >= 0:
+            return False
+        c = dropped.get(u)
+        return k > c.before if c is not None else k > last.get(u, -1)
+
+    def make(v: str, k: int) -> None:
+        p = nodes[producer[v]]
+        for u in p.inputs:
+            if gone(u, k):
+                make(u, k)
+        seq.append(p.id)
+        for w in p.outputs:
+            made[w] = k
+
+    for k, n_id in enumerate(order):
+        for u in nodes[n_id].inputs:
+            if gone(u, k):
+                make(u, k)
+        seq.append(n_id)
+    return seq
+
+
+def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
+    """Peak, cost and the position of the peak of `seq` run as `steps_from_sequence` runs it,
+    without building its steps."""
+    nodes = graph.node_map
+    size = {v.id: v.size for v in graph.values}
+    resident = {v.id for v in graph.values if v.resident}
+    outputs = set(graph.outputs)
+    last_pos: dict[str, int] = {}
+    free_at = [0] * len(seq)  # bytes freed after each position
+    for k, n_id in enumerate(seq):
+        n = nodes[n_id]
+        for v in n.inputs:
+            if v not in resident:
+                last_pos[v] = k
+        for v in n.outputs:
+            if v in last_pos:
+                free_at[last_pos[v]] += size[v]
+            last_pos[v] = k
+    for v, k in last_pos.items():
+        if v not in outputs:
+            free_at[k] += size[v]
+    mem = graph.resident_bytes
+    peak, at, cost = mem, 0, 0.0
+    for k, n_id in enumerate(seq):
+        n = nodes[n_id]
+        out = sum(size[v] for v in n.outputs)
+        if mem + out + n.workspace > peak:
+            peak, at = mem + out + n.workspace, k
+        mem += out - free_at[k]
+        cost += n.cost
+    return peak, cost, at
+
+
+@dataclass
+class Tried:
+    dropped: list[Candidate]
+    peak: int
+    cost: float
+    seq: list[str]
+
+
+def attempt(graph: Graph, order: list[str], dropped: list[Candidate]) -> Tried:
+    seq = sequence(graph, order, {c.value: c for c in dropped})
+    peak, cost, _ = measure(graph, seq)
+    return Tried(dropped, peak, cost, seq)
+
+
+def fits_first(graph: Graph, order: list[str], ranked: list[Candidate], budget: int) -> tuple[Tried, bool]:
+    """The shortest prefix of `ranked` (by bisection) whose schedule fits `budget`, and True; or
+    the whole of it and False when that does not fit."""
+    whole = attempt(graph, order, ranked)
+    if whole.peak > budget:
+        return whole, False
+    lo, hi, best = 0, len(ranked), whole  # the prefix of hi fits, that of lo is not known to
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        t = attempt(graph, order, ranked[:mid])
+        if t.peak <= budget:
+            hi, best = mid, t
+        else:
+            lo = mid
+    return best, True
+
+
+def keep_classes(graph: Graph, order: list[str], budget: int, best: Tried, until: float) -> Tried:
+    """Keep again whole classes of dropped values (same producer op, size and cost), the costliest
+    class first, while the schedule fits the budget and the clock is before `until`."""
+    nodes = graph.node_map
+    classes: dict[tuple, list[str]] = defaultdict(list)
+    dropped = best.dropped
+    for c in dropped:
+        n = nodes[c.producer]
+        classes[(n.op, graph.value_map[c.value].size, n.cost, len(n.outputs))].append(c.value)
+    gone = {c.value for c in dropped}
+    for key in sorted(classes, key=lambda k: -k[2] * len(classes[k])):
+        if time.monotonic() > until:
+            break
+        trial = [c for c in dropped if c.value in gone and c.value not in classes[key]]
+        t = attempt(graph, order, trial)
+        if t.peak <= budget and t.cost < best.cost:
+            best = t
+            gone -= set(classes[key])
+    return best
+
+
+class Ratio(Solver):
+    name = "ratio"
+    method = "drop values by bytes per recompute cost, shortest fitting prefix by bisection"
+    paper = "Jain et al., Checkmate (MLSys'20) §5 rounding; Chen et al. 2016 (segments)"
+    exact = False
+    params = (Param("refine", bool, True, "keep classes of dropped values again while the schedule fits"),)
+
+    def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
+        order = list(graph.needed_order)
+        base_peak, _, peak_at = measure(graph, order)
+        if base_peak <= budget:
+            return SolverResult(steps=baseline_steps(graph), status="feasible", message="baseline fits")
+        ranked = candidates(graph, order, peak_at)
+        left = options.remaining()
+        until = time.monotonic() + (left if left is not None else 60.0)
+        best: Tried | None = None
+        lowest: Tried | None = None
+        for share in SLACKS:
+            if time.monotonic() > until and (best is not None or lowest is not None):
+                break
+            ranks = chained(graph, ranked, int(share * len(order)), peak_at)
+            t, fits = fits_first(graph, order, ranks, budget)
+            if not fits:
+                lowest = t if lowest is None or t.peak < lowest.peak else lowest
+            elif best is None or t.cost < best.cost:
+                best = t
+                options.incumbent(steps_from_sequence(graph, best.seq))
+                options.progress(incumbent=best.cost, slack=share)
+        if best is None:
+            t = lowest or Tried([], base_peak, 0.0, order)
+            return SolverResult(steps=steps_from_sequence(graph, t.seq), status="infeasible",
+                                best_peak=t.peak, message="no prefix of the ranking fits")  # fmt: skip
+        if options.params.get("refine", True):
+            best = keep_classes(graph, order, budget, best, until)
+        steps = steps_from_sequence(graph, best.seq)
+        return SolverResult(steps=steps, status="feasible", objective=best.cost)

@@ -34,7 +34,6 @@ from remat_cli.cli_common import (
     emit,
     err,
     fail,
-    fmt_value,
     friendly_errors,
     graph_options,
     guard_stderr,
@@ -46,12 +45,14 @@ from remat_cli.cli_common import (
     read_schedule,
     resolve_budget,
 )
+from remat_cli.commands.live import LiveLine
 from remat_cli.commands.plan import plan as plan_command
 from remat_cli.cost_bound import MAX_NODES, CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.runner import with_cost_bound
 from remat_cli.schedule import ScheduleError, baseline, check_hint, evaluate, peak_lower_bound
+from remat_cli.solve_trace import TraceRecorder
 from remat_cli.solver import SolveOptions
 from remat_cli.sweep.runner import solve_in_subprocess
 from remat_cli.watchdog import run_guarded
@@ -172,15 +173,14 @@ def solve(
     options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params, budgets=budgets)
     if workers is not None:
         options.workers = workers
-    with err.status(f"[bold]{solver_name}[/] solving…", spinner="dots") as status:
-
-        def show(facts: dict[str, Any]) -> None:
-            status.update(
-                f"[bold]{solver_name}[/] " + "  ".join(f"{k} {fmt_value(v)}" for k, v in facts.items())
-            )
-
-        options.on_progress = show if not quiet else None
-        outcome = run_guarded(graph, budget_bytes, solver_name, options, begun)
+    base = baseline(graph)
+    recorder = TraceRecorder(budget_bytes, base.cost, begun)
+    if quiet or not err.is_terminal:
+        outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
+    else:
+        with LiveLine(err, solver_name, time_limit, recorder, base.peak_memory) as live:
+            options.on_progress = live.progress
+            outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
     schedule, result = outcome.schedule, outcome.result
     # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
     code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from remat_cli.graph import Graph
+from remat_cli.solve_trace import SolveTrace
 
 SCHEDULE_FORMAT = "remat-schedule"
 SCHEDULE_VERSION = 1
@@ -79,6 +80,10 @@ class SolverInfo(BaseModel):
     gap: float | None = Field(default=None, description="(objective - lower_bound) / objective")
     params: dict[str, Any] = Field(default_factory=dict)
     message: str | None = None
+    trace: SolveTrace | None = Field(
+        default=None,
+        description="`remat solve`: each improving incumbent, and when the first within budget came",
+    )
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:

@@ -48,6 +48,9 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
+#: share of the time limit (and least seconds) of the ratio construction before greedy
+FIRST_SHARE = 0.05
+FIRST_MIN_SECONDS = 2.0
 #: a solver is not started with less than this many seconds left
 MIN_RUN_SECONDS = 0.5
 #: the lanes' solvers are told to stop this share of the time limit early: model building and
@@ -73,6 +76,27 @@ class _Run:
     cost: float | None = None
     result: SolverResult | None = None
     note: str = ""
+
+
+def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: float) -> _Run | None:
+    """The ratio construction's schedule (remat_cli/solvers/ratio), given FIRST_SHARE of the
+    limit (at least FIRST_MIN_SECONDS): the lanes' warm start where greedy has none within the
+    budget or a dearer one."""
+    if "ratio" not in registry.names():
+        return None
+    solver = registry.get("ratio")
+    if solver.supports(graph) is not None:
+        return None
+    t0 = time.monotonic()
+    opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
+                        params=solver.defaults())  # fmt: skip
+    try:
+        res = solver.solve(graph, budget, opts)
+    except Exception:  # a construction that fails leaves greedy as before
+        return None
+    if res.steps is None or res.status == "infeasible":
+        return None
+    return _Run("ratio", res.status, time.monotonic() - t0, res.steps, result=res)
 
 
 def portfolio(graph: Graph) -> list[list[str]]:
@@ -285,12 +309,20 @@ class Auto(Solver):
         # the lane processes start first: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
+            # 0. the ratio construction: a schedule within budget in seconds, whatever greedy finds
+            first = first_schedule(graph, budget, options, limit)
+            if first is not None:
+                offer(first)
+            t0 = time.monotonic()
             # 1. greedy, the warm start
             greedy = registry.get("greedy")
-            t0 = time.monotonic()
             g_opts = SolveOptions(
-                # at least a few seconds (half of a short limit): it is the answer of last resort
-                time_limit=max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)),
+                # at least a few seconds (half of a short limit): it is the answer of last resort;
+                # the construction's time counts in its share
+                time_limit=max(
+                    MIN_RUN_SECONDS,
+                    max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)) - (first.seconds if first else 0),
+                ),
                 seed=options.seed,
                 workers=options.workers,
                 params=greedy.defaults(),
@@ -299,7 +331,7 @@ class Auto(Solver):
             g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
             runs.append(g_run)
             offer(g_run)
-            hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
+            hint = best[0].steps if best and best[0].peak is not None and best[0].peak <= budget else None
             if options.hint:
                 h_run = _Run("hint", "given", steps=list(options.hint))
                 offer(h_run)

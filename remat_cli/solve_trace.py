@@ -4,7 +4,8 @@ Anytime solvers are judged by how early a good answer comes, not only by the las
 primal integral of Berthold, "Measuring the impact of primal heuristics", Oper. Res. Lett. 41,
 2013; CP-SAT's and Gurobi's logs print one line per improving solution). The watchdog records
 a point for every schedule that ranks before the best one so far (within the budget first, then
-the cheaper; over it, the lower peak), timed from the command's start; the schedule's
+the cheaper; over it, the lower peak), timed from where the time limit counts (the command's
+start, the solver's preparation such as numba compiling left out); the schedule's
 `solver.trace` holds them and the time of the first within the budget.
 """
 
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 class TracePoint(BaseModel):
     """One improving incumbent."""
 
-    seconds: float = Field(description="since the command started")
+    seconds: float = Field(description="since the time limit's clock started")
     peak_memory: int
     cost: float
     overhead: float = Field(description="cost / baseline cost - 1")
@@ -33,7 +34,8 @@ class SolveTrace(BaseModel):
     """A solve's improving incumbents, in the order they came."""
 
     first_within_budget: float | None = Field(
-        default=None, description="seconds from the command's start to the first schedule within the budget"
+        default=None,
+        description="seconds from the time limit's start to the first schedule within the budget",
     )
     incumbents: list[TracePoint] = Field(default_factory=list)
 

@@ -30,9 +30,11 @@ from remat_cli.graph import Graph
 from remat_cli.schedule import baseline_steps, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
-#: how early a dropped value may be made again, in positions of the baseline order, as a share of
-#: its length (negative: any time)
-SLACKS = (0.0, 0.003, 0.01, 0.02)
+#: how early a dropped value may be made again, in positions of the baseline order
+SLACKS = (0, 10, 20, 40)
+#: the refinement's swaps: the costliest dropped classes tried out, the next classes tried in
+SWAP_OUT = 4
+SWAP_IN = 6
 
 
 @dataclass(frozen=True)
@@ -246,25 +248,67 @@ def fits_first(graph: Graph, order: list[str], ranked: list[Candidate], budget: 
     return best, True
 
 
-def keep_classes(graph: Graph, order: list[str], budget: int, best: Tried, until: float) -> Tried:
-    """Keep again whole classes of dropped values (same producer op, size and cost), the costliest
-    class first, while the schedule fits the budget and the clock is before `until`."""
+def classes(graph: Graph, cands: list[Candidate]) -> dict[tuple, list[Candidate]]:
+    """`cands` by class: the same producer op, value size, producer cost and output count (on a
+    stack of identical blocks, one class per position in the block)."""
     nodes = graph.node_map
-    classes: dict[tuple, list[str]] = defaultdict(list)
-    dropped = best.dropped
-    for c in dropped:
+    out: dict[tuple, list[Candidate]] = defaultdict(list)
+    for c in cands:
         n = nodes[c.producer]
-        classes[(n.op, graph.value_map[c.value].size, n.cost, len(n.outputs))].append(c.value)
-    gone = {c.value for c in dropped}
-    for key in sorted(classes, key=lambda k: -k[2] * len(classes[k])):
+        out[(n.op, graph.value_map[c.value].size, n.cost, len(n.outputs))].append(c)
+    return out
+
+
+def refine(
+    graph: Graph, order: list[str], ranked: list[Candidate], budget: int, best: Tried, until: float
+) -> Tried:
+    """Local search over whole classes while the clock is before `until`: keep a dropped class
+    again, the costliest first, where the schedule still fits; then swap a dropped class for one
+    not dropped (the next SWAP_IN in the ranking) where that is cheaper and fits."""
+    by = classes(graph, ranked)
+    cost = {k: sum(graph.node_map[c.producer].cost for c in v) for k, v in by.items()}
+    dropped = {c.value for c in best.dropped}
+
+    def trial(keys_out: set, keys_in: set) -> Tried:
+        out = {c.value for k in keys_out for c in by[k]}
+        inn = {c.value for k in keys_in for c in by[k]}
+        return attempt(graph, order, [c for c in ranked if (c.value in dropped - out) or c.value in inn])
+
+    def keys_dropped() -> list[tuple]:
+        return sorted((k for k in by if any(c.value in dropped for c in by[k])), key=lambda k: -cost[k])
+
+    for key in keys_dropped():
         if time.monotonic() > until:
-            break
-        trial = [c for c in dropped if c.value in gone and c.value not in classes[key]]
-        t = attempt(graph, order, trial)
+            return best
+        t = trial({key}, set())
         if t.peak <= budget and t.cost < best.cost:
-            best = t
-            gone -= set(classes[key])
+            best, dropped = t, {c.value for c in t.dropped}
+    outside = [k for k in dict.fromkeys(by_key(graph, ranked)) if not any(c.value in dropped for c in by[k])]
+    for key in keys_dropped()[:SWAP_OUT]:
+        for new in outside[:SWAP_IN]:
+            if time.monotonic() > until:
+                return best
+            if cost[new] >= cost[key]:
+                continue
+            t = trial({key}, {new})
+            if t.peak <= budget and t.cost < best.cost:
+                best, dropped = t, {c.value for c in t.dropped}
+                break
     return best
+
+
+def by_key(graph: Graph, ranked: list[Candidate]) -> list[tuple]:
+    """The classes of `ranked` in the order of their first member."""
+    nodes = graph.node_map
+    return [
+        (
+            nodes[c.producer].op,
+            graph.value_map[c.value].size,
+            nodes[c.producer].cost,
+            len(nodes[c.producer].outputs),
+        )
+        for c in ranked
+    ]
 
 
 class Ratio(Solver):
@@ -287,7 +331,7 @@ class Ratio(Solver):
         for share in SLACKS:
             if time.monotonic() > until and (best is not None or lowest is not None):
                 break
-            ranks = chained(graph, ranked, int(share * len(order)), peak_at)
+            ranks = chained(graph, ranked, share, peak_at)
             t, fits = fits_first(graph, order, ranks, budget)
             if not fits:
                 lowest = t if lowest is None or t.peak < lowest.peak else lowest
@@ -300,6 +344,6 @@ class Ratio(Solver):
             return SolverResult(steps=steps_from_sequence(graph, t.seq), status="infeasible",
                                 best_peak=t.peak, message="no prefix of the ranking fits")  # fmt: skip
         if options.params.get("refine", True):
-            best = keep_classes(graph, order, budget, best, until)
+            best = refine(graph, order, ranked, budget, best, until)
         steps = steps_from_sequence(graph, best.seq)
         return SolverResult(steps=steps, status="feasible", objective=best.cost)

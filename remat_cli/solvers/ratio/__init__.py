@@ -31,7 +31,9 @@ from remat_cli.schedule import baseline_steps, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: how early a dropped value may be made again, in positions of the baseline order
-SLACKS = (0, 10, 20, 40)
+SLACKS = (0, 1, 2, 5, 10, 20, 40, 80)
+#: slacks bisected after which fit (each wider one chains more)
+FITS = 2
 #: the refinement's swaps: the costliest dropped classes tried out, the next classes tried in
 SWAP_OUT = 4
 SWAP_IN = 6
@@ -328,17 +330,19 @@ class Ratio(Solver):
         until = time.monotonic() + (left if left is not None else 60.0)
         best: Tried | None = None
         lowest: Tried | None = None
-        for share in SLACKS:
-            if time.monotonic() > until and (best is not None or lowest is not None):
+        fitted = 0
+        for slack in SLACKS:
+            if fitted == FITS or (time.monotonic() > until and (best is not None or lowest is not None)):
                 break
-            ranks = chained(graph, ranked, share, peak_at)
+            ranks = chained(graph, ranked, slack, peak_at)
             t, fits = fits_first(graph, order, ranks, budget)
+            fitted += fits
             if not fits:
                 lowest = t if lowest is None or t.peak < lowest.peak else lowest
             elif best is None or t.cost < best.cost:
                 best = t
                 options.incumbent(steps_from_sequence(graph, best.seq))
-                options.progress(incumbent=best.cost, slack=share)
+                options.progress(incumbent=best.cost, slack=slack)
         if best is None:
             t = lowest or Tried([], base_peak, 0.0, order)
             return SolverResult(steps=steps_from_sequence(graph, t.seq), status="infeasible",

@@ -45,7 +45,7 @@ from remat_cli.cli_common import (
     read_schedule,
     resolve_budget,
 )
-from remat_cli.commands.live import LiveLine
+from remat_cli.commands.live import BackgroundBound, LiveLine
 from remat_cli.commands.plan import plan as plan_command
 from remat_cli.cost_bound import MAX_NODES, CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
@@ -175,12 +175,26 @@ def solve(
         options.workers = workers
     base = baseline(graph)
     recorder = TraceRecorder(budget_bytes, base.cost, begun)
-    if quiet or not err.is_terminal:
-        outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
-    else:
-        with LiveLine(err, solver_name, time_limit, recorder, base.peak_memory) as live:
-            options.on_progress = live.progress
+    # --bound: the cut bound beside the solve, at a lower priority (shown live, used after it)
+    background = None
+    if bound and not graph.devices and solver.minimises == "cost":
+        background = BackgroundBound(graph, budget_bytes, (time_limit or 0.0) + bound_time_limit)
+    try:
+        if quiet or not err.is_terminal:
             outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
+        else:
+            with LiveLine(err, solver_name, time_limit, recorder, base.peak_memory, background) as live:
+                options.on_progress = live.progress
+                outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
+        solved = outcome.schedule is not None and outcome.schedule.solver.status != "infeasible"
+        cut = (
+            background.poll(bound_time_limit)
+            if background is not None and solved and not outcome.signal
+            else None
+        )
+    finally:
+        if background is not None:
+            background.stop()
     schedule, result = outcome.schedule, outcome.result
     # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
     code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal
@@ -195,7 +209,7 @@ def solve(
     if bound and schedule.solver.status != "infeasible":
         try:
             with native_stdout_to_stderr():  # HiGHS's own prints
-                schedule = with_cost_bound(graph, schedule, bound_time_limit)
+                schedule = with_cost_bound(graph, schedule, bound_time_limit, cut)
         except KeyboardInterrupt:  # the schedule found is still written, without the bound
             click.echo("remat: note: --bound interrupted; the schedule is written without it", err=True)
     if not quiet:

@@ -37,6 +37,10 @@ class SolveTrace(BaseModel):
         default=None,
         description="seconds from the time limit's start to the first schedule within the budget",
     )
+    solver_started: float | None = Field(
+        default=None,
+        description="seconds from the time limit's start to the solver's (reading the graph and starting up before it)",
+    )
     incumbents: list[TracePoint] = Field(default_factory=list)
 
 

@@ -199,6 +199,7 @@ def run_guarded(
     t0 = started if command_started is None else command_started + prepared
     if trace is not None:
         trace.started, trace.solving = t0, True
+        trace.trace.solver_started = round(started - t0, 3)
     deadline = None
     child_options = replace(options, params=params, on_incumbent=None, on_progress=None, started=started)
     if options.time_limit is not None:

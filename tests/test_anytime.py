@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from remat_cli import generators as G
+from remat_cli.commands.live import BackgroundBound
+from remat_cli.cost_bound import cost_lower_bound
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solve_trace import TraceRecorder
@@ -145,3 +147,15 @@ def test_quiet_silences_the_live_line(stack: Path) -> None:
     assert code == 0, term[-2000:]
     assert json.loads(out)["solver"]["trace"]["first_within_budget"] is not None
     assert "/60 s" not in term and "overhead" not in term and "preparing" not in term
+
+
+def test_the_background_bound_is_the_cut_bound() -> None:
+    g = G.linear(8)
+    b = budget(g, 0.5)
+    bg = BackgroundBound(g, b, 30.0)
+    try:
+        cut = bg.poll(60.0)
+    finally:
+        bg.stop()
+    assert cut is not None
+    assert cut.extra_cost == cost_lower_bound(g, b, time_limit=30.0).extra_cost > 0

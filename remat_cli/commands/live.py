@@ -9,7 +9,11 @@ schedule alone.
 
 from __future__ import annotations
 
+import math
+import multiprocessing
+import os
 import time
+from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +22,9 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from remat_cli.cost_bound import CostBound, cost_lower_bound
+from remat_cli.files import to_devnull
+from remat_cli.graph import Graph
 from remat_cli.solve_trace import TracePoint, TraceRecorder
 
 #: redraws per second
@@ -26,6 +33,49 @@ REFRESH = 4
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}%"
+
+
+#: the background bound's niceness: it takes what CPU the solve leaves
+NICE = 10
+
+
+def _bound_child(conn: Connection, graph: Graph, budget: int, seconds: float) -> None:
+    os.nice(NICE)
+    to_devnull(1)  # HiGHS's own prints: stdout carries the schedule alone
+    try:
+        conn.send(cost_lower_bound(graph, budget, time_limit=seconds))
+    finally:
+        conn.close()
+
+
+class BackgroundBound:
+    """The cut bound (remat_cli/cost_bound.py) computed in a forked process at a lower priority
+    while the solve runs, so that `--bound` costs no time after a solve long enough to cover it
+    and the live line shows the bound as soon as it is proved."""
+
+    def __init__(self, graph: Graph, budget: int, seconds: float) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_bound_child, args=(child, graph, budget, seconds), daemon=True)
+        self.proc.start()
+        child.close()
+        self.bound: CostBound | None = None
+
+    def poll(self, timeout: float = 0.0) -> CostBound | None:
+        """The bound once it is known (waiting up to `timeout` seconds), else None."""
+        if self.bound is None:
+            try:
+                if self.conn.poll(timeout):
+                    self.bound = self.conn.recv()
+            except (EOFError, OSError):  # the process died: no bound
+                self.stop()
+        return self.bound
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(2)
+        self.conn.close()
 
 
 class LiveLine:
@@ -38,7 +88,7 @@ class LiveLine:
         limit: float | None,
         recorder: TraceRecorder,
         baseline_peak: int,
-        bound: float | None = None,
+        background: BackgroundBound | None = None,
     ) -> None:
         self.console = console
         self.solver = solver
@@ -46,7 +96,8 @@ class LiveLine:
         self.recorder = recorder
         self.baseline_peak = baseline_peak
         #: the best lower bound on the overhead known so far (the cut bound, a solver's own)
-        self.bound = bound
+        self.bound: float | None = None
+        self.background = background
         self.facts: dict[str, Any] = {}
         self.spinner = Spinner("dots")
         self.live = Live(
@@ -88,6 +139,9 @@ class LiveLine:
             return Text.assemble(
                 self.spinner.render(time.monotonic()), " ", (self.solver, "bold"), "  preparing"
             )  # type: ignore[arg-type]
+        cut = self.background.poll() if self.background is not None else None
+        if cut is not None and math.isfinite(cut.extra_cost) and self.recorder.baseline_cost > 0:
+            self.progress(self.facts | {"bound_overhead": cut.extra_cost / self.recorder.baseline_cost})
         elapsed = time.monotonic() - self.recorder.started
         clock = f"{elapsed:.1f}" + (f"/{self.limit:g} s" if self.limit is not None else " s")
         best = self.recorder.best()

@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import baseline_steps, steps_from_sequence
+from remat_cli.schedule import baseline_steps, frees_after, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: how early a dropped value may be made again, in positions of the baseline order
@@ -191,22 +191,7 @@ def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
     without building its steps."""
     nodes = graph.node_map
     size = {v.id: v.size for v in graph.values}
-    resident = {v.id for v in graph.values if v.resident}
-    outputs = set(graph.outputs)
-    last_pos: dict[str, int] = {}
-    free_at = [0] * len(seq)  # bytes freed after each position
-    for k, n_id in enumerate(seq):
-        n = nodes[n_id]
-        for v in n.inputs:
-            if v not in resident:
-                last_pos[v] = k
-        for v in n.outputs:
-            if v in last_pos:
-                free_at[last_pos[v]] += size[v]
-            last_pos[v] = k
-    for v, k in last_pos.items():
-        if v not in outputs:
-            free_at[k] += size[v]
+    freed = {k: sum(size[v] for v in vs) for k, vs in frees_after(graph, seq).items()}
     mem = graph.resident_bytes
     peak, at, cost = mem, 0, 0.0
     for k, n_id in enumerate(seq):
@@ -214,7 +199,7 @@ def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
         out = sum(size[v] for v in n.outputs)
         if mem + out + n.workspace > peak:
             peak, at = mem + out + n.workspace, k
-        mem += out - free_at[k]
+        mem += out - freed.get(k, 0)
         cost += n.cost
     return peak, cost, at
 

@@ -3,22 +3,23 @@
 Each value whose uses in the baseline order leave a gap across the baseline's peak (on a
 training graph: a forward activation read again in the backward) is a candidate: *dropped*, it is
 freed after its last use before the gap and its producer runs again right before its first use
-after it, from the values live then (a dropped input of that producer is recomputed first, in
-turn). Candidates are ranked by the bytes they free per unit of recompute cost (the knapsack
-ratio, as Checkmate's LP rounding and Chen et al.'s sqrt(n) segments trade memory for compute),
-a candidate whose recomputation would chain through more than `depth` dropped values is passed
-over (a chain back through the residual stream recomputes the whole forward), and the shortest
-prefix of the ranking whose schedule fits the budget is found by bisection, each prefix checked
-by the simulator. Depths 1, 2, 3 and unbounded are tried; the cheapest schedule within budget
-is kept, then whole classes of dropped values (the same producer op, size and cost: one class
-per position of a repeated block) are kept again, the costliest first, while the schedule still
-fits.
+after it; an input of that producer no longer live then (dropped too, or past its last use) is
+made again first, in turn. Candidates are ranked by the bytes they free per unit of the cost of
+making them again, those inputs included (the knapsack ratio by which Checkmate's LP rounding,
+Jain et al., MLSys'20 §5, and Chen et al.'s segments, 2016, trade memory for compute). A candidate
+is passed over when, dropped after those before it, it would make some dropped value again more
+than a slack of positions before that value's own first use after its gap: a chain back through
+the residual stream would make the whole forward again at the first backward layer and hold it.
+The shortest prefix of the ranking whose schedule fits the budget is found by bisection (each
+prefix measured as `steps_from_sequence` runs it), for the slacks from 0 up until two fit; the
+cheapest is kept, then whole classes of dropped values (the same producer op, size and cost: one
+class per position of a repeated block) are kept again, or swapped for a class not dropped, while
+the schedule fits and is cheaper.
 
-The rule depends only on each value's size, its producer's cost and the chains it would start,
-so the blocks of a repeated stack (a decoder's layers) get the same pattern, and its overhead
-does not grow with depth; it takes a few dozen simulations, so it is the anytime first schedule
-that `auto` hands its lanes as their warm start.
-"""
+The rule reads only each value's size, the cost of making it again and the chains it would start,
+so the blocks of a repeated stack (a decoder's layers) get the same pattern whatever the depth;
+it takes a few dozen evaluations of a sequence, so it is the anytime first schedule that `auto`
+hands its lanes as their warm start where greedy's does not fit or costs more."""
 
 from __future__ import annotations
 

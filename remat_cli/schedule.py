@@ -314,9 +314,14 @@ def evaluate(
     return Evaluation(simulate(graph, steps), base or baseline(graph), budget, budgets)
 
 
-def frees_after(graph: Graph, sequence: Sequence[str]) -> dict[int, list[str]]:
-    """The values `steps_from_sequence` frees after each position of `sequence`: each right after
-    its last use before its producer runs again (right after production when unused)."""
+def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
+    """Compute steps for `sequence` (node ids, repeats allowed), each value freed right after
+    its last use before its producer runs again (right after production when unused).
+
+    This is the memory-minimal way to run a fixed compute sequence, and the common decoder of
+    every solver that decides *what* to compute and *when* (Checkmate's R, FastSA's sequence,
+    Moccasin's interval starts). Outputs of the final production of a graph output stay live.
+    """
     nodes = graph.node_map
     outputs = set(graph.outputs)
     resident = {v.id for v in graph.values if v.resident}
@@ -338,18 +343,6 @@ def frees_after(graph: Graph, sequence: Sequence[str]) -> dict[int, list[str]]:
     for v in list(last_pos):
         if v not in outputs:
             close(v)
-    return free_after
-
-
-def steps_from_sequence(graph: Graph, sequence: Sequence[str]) -> list[Step]:
-    """Compute steps for `sequence` (node ids, repeats allowed), each value freed right after
-    its last use before its producer runs again (right after production when unused).
-
-    This is the memory-minimal way to run a fixed compute sequence, and the common decoder of
-    every solver that decides *what* to compute and *when* (Checkmate's R, FastSA's sequence,
-    Moccasin's interval starts). Outputs of the final production of a graph output stay live.
-    """
-    free_after = frees_after(graph, sequence)
     steps: list[Step] = []
     for k, n_id in enumerate(sequence):
         steps.append(compute(n_id))

@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import baseline_steps, frees_after, steps_from_sequence
+from remat_cli.schedule import baseline_steps, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 
 #: how early a dropped value may be made again, in positions of the baseline order
@@ -110,10 +110,7 @@ def chained(graph: Graph, ranked: list[Candidate], slack: int, peak_at: int) -> 
     producer = graph.producer
     consumers = graph.consumers
     across = {c.value for c in ranked}
-    last: dict[str, int] = {}
-    for k, n_id in enumerate(graph.needed_order):
-        for v in nodes[n_id].inputs:
-            last[v] = k
+    last = last_uses(graph, list(graph.needed_order))
     after: dict[str, int] = {}  # dropped value -> its first use after its gap
 
     def gone(u: str) -> bool:  # made again by a recomputation that needs it after the peak
@@ -151,16 +148,28 @@ def chained(graph: Graph, ranked: list[Candidate], slack: int, peak_at: int) -> 
     return kept
 
 
+_LAST: dict[int, tuple[Graph, list[str], dict[str, int]]] = {}
+
+
+def last_uses(graph: Graph, order: list[str]) -> dict[str, int]:
+    """Each value's last reading position in `order` (the last order's kept)."""
+    hit = _LAST.get(id(graph))
+    if hit is not None and hit[0] is graph and hit[1] == order:
+        return hit[2]
+    nodes = graph.node_map
+    last = {v: k for k, n_id in enumerate(order) for v in nodes[n_id].inputs}
+    _LAST.clear()
+    _LAST[id(graph)] = (graph, order, last)
+    return last
+
+
 def sequence(graph: Graph, order: list[str], dropped: dict[str, Candidate]) -> list[str]:
     """The baseline order with each dropped value's producer run again before its first use after
     its gap; an input of a producer run again that is no longer live (dropped, or past its last
     use in the baseline order) is made again first, recursively."""
     nodes = graph.node_map
     producer = graph.producer
-    last: dict[str, int] = {}
-    for k, n_id in enumerate(order):
-        for v in nodes[n_id].inputs:
-            last[v] = k
+    last = last_uses(graph, order)
     made: dict[str, int] = {}  # value -> position where it was last made again
     seq: list[str] = []
 
@@ -187,21 +196,71 @@ def sequence(graph: Graph, order: list[str], dropped: dict[str, Candidate]) -> l
     return seq
 
 
+@dataclass
+class Arrays:
+    """The graph as lists indexed by node and value number, for `measure`'s loops."""
+
+    index: dict[str, int]  # node id -> number
+    ins: list[list[int]]  # each node's inputs that are not resident
+    outs: list[list[int]]
+    out_size: list[int]
+    work: list[int]
+    cost: list[float]
+    size: list[int]  # each value's bytes
+    kept: list[bool]  # graph outputs: live at the end
+
+
+_ARRAYS: dict[int, tuple[Graph, Arrays]] = {}
+
+
+def arrays(graph: Graph) -> Arrays:
+    """`graph`'s Arrays (the last graph's kept)."""
+    hit = _ARRAYS.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    vid = {v.id: k for k, v in enumerate(graph.values)}
+    resident = {v.id for v in graph.values if v.resident}
+    outputs = set(graph.outputs)
+    a = Arrays(
+        index={n.id: k for k, n in enumerate(graph.nodes)},
+        ins=[[vid[v] for v in n.inputs if v not in resident] for n in graph.nodes],
+        outs=[[vid[v] for v in n.outputs] for n in graph.nodes],
+        out_size=[sum(graph.value_map[v].size for v in n.outputs) for n in graph.nodes],
+        work=[n.workspace for n in graph.nodes],
+        cost=[n.cost for n in graph.nodes],
+        size=[v.size for v in graph.values],
+        kept=[v.id in outputs for v in graph.values],
+    )
+    _ARRAYS.clear()
+    _ARRAYS[id(graph)] = (graph, a)
+    return a
+
+
 def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
-    """Peak, cost and the position of the peak of `seq` run as `steps_from_sequence` runs it,
-    without building its steps."""
-    nodes = graph.node_map
-    size = {v.id: v.size for v in graph.values}
-    freed = {k: sum(size[v] for v in vs) for k, vs in frees_after(graph, seq).items()}
+    """Peak, cost and the position of the peak of `seq` run as `steps_from_sequence` runs it
+    (each value freed after its last use before its producer runs again), without its steps."""
+    a = arrays(graph)
+    nums = [a.index[n] for n in seq]
+    last = [-1] * len(a.size)
+    free_at = [0] * len(seq)
+    for k, i in enumerate(nums):
+        for v in a.ins[i]:
+            last[v] = k
+        for v in a.outs[i]:
+            if last[v] >= 0:
+                free_at[last[v]] += a.size[v]
+            last[v] = k
+    for v, k in enumerate(last):
+        if k >= 0 and not a.kept[v]:
+            free_at[k] += a.size[v]
     mem = graph.resident_bytes
     peak, at, cost = mem, 0, 0.0
-    for k, n_id in enumerate(seq):
-        n = nodes[n_id]
-        out = sum(size[v] for v in n.outputs)
-        if mem + out + n.workspace > peak:
-            peak, at = mem + out + n.workspace, k
-        mem += out - freed.get(k, 0)
-        cost += n.cost
+    for k, i in enumerate(nums):
+        top = mem + a.out_size[i] + a.work[i]
+        if top > peak:
+            peak, at = top, k
+        mem += a.out_size[i] - free_at[k]
+        cost += a.cost[i]
     return peak, cost, at
 
 

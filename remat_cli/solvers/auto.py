@@ -88,8 +88,13 @@ def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: floa
     if solver.supports(graph) is not None:
         return None
     t0 = time.monotonic()
+
+    def first(steps: list[Step]) -> None:  # to the watchdog at once: the answer if time runs out
+        options.progress(method="ratio")
+        options.incumbent(steps)
+
     opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
-                        params=solver.defaults())  # fmt: skip
+                        params=solver.defaults(), on_incumbent=first)  # fmt: skip
     try:
         res = solver.solve(graph, budget, opts)
     except Exception:  # a construction that fails leaves greedy as before

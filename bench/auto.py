@@ -28,9 +28,9 @@ from pathlib import Path
 
 from common import RESULTS, SHORT, moccasin_graph, write_results
 
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file
-from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline
 from remat_cli.solver import SolveOptions
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 from common import MOCCASIN as DATA  # noqa: E402
 from common import SHORT, graph_files  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

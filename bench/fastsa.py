@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import GRAPHS, RESULTS  # noqa: E402
 from common import MOCCASIN as GRAPH_DIR  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers import fastsa as F  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ab_args, ab_cells, write_results  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 
 PINNED = re.compile(r"; (\S+) pinned last")

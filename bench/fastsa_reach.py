@@ -27,7 +27,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ab_cells, ab_parser, export_cells, export_path, write_results  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.schedule import overhead, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from common import GRAPHS, MOCCASIN, write_results  # noqa: E402
 
-from remat_cli import generators as G  # noqa: E402
 from remat_cli import registry  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
+from remat_cli.importers import generators as G  # noqa: E402
 from remat_cli.importers.nx import from_node_link  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -44,11 +44,11 @@ sys.path.insert(0, str(ROOT))
 
 from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
 from remat_cli.milp import EngineSettings, LinearModel  # noqa: E402
 from remat_cli.milp import solve as milp_solve  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, simulate, steps_from_sequence  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.context import Ctx  # noqa: E402

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import write_results  # noqa: E402
 
 from remat_cli.budget import parse_budget  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers.onnx import GRAD_OF_KEY, from_onnx_model  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -31,10 +31,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.milp import EngineSettings  # noqa: E402
 from remat_cli.milp import solve as milp_solve  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import Step, overhead, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.checkmate.decode import S_from_steps, minimal_R, steps_from_S  # noqa: E402

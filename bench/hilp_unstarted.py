@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import export_cells, write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp import solver as hilp_solver  # noqa: E402
 from remat_cli.solvers.hilp import subgraphs  # noqa: E402

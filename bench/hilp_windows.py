@@ -22,7 +22,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import EXPORTS, export_cells, write_results  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.schedule import overhead  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 from remat_cli.solvers.hilp.windows import sweep  # noqa: E402

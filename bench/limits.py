@@ -2,7 +2,7 @@
 
 For each graph (graphs/torch_*_train.onnx) and budget fraction of the baseline peak we record:
 
-- ``best_bound``: the cut bound (remat_cli/cost_bound.py; the chain bound where it is higher,
+- ``best_bound``: the cut bound (remat_cli/execution/cost_bound.py; the chain bound where it is higher,
   ``bound_instants`` > 1), a lower bound on the overhead of every schedule in *any* order: what
   every solver's result is measured against;
 - the fixed-order Checkmate MILP (Jain et al., MLSys'20, §4; the registered ``checkmate`` solver,
@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from common import EXPORTS, RESULTS, export_path, write_results  # noqa: E402
 
-from remat_cli.cost_bound import cost_lower_bound  # noqa: E402
+from remat_cli.execution.cost_bound import cost_lower_bound  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -38,16 +38,16 @@ sys.path.insert(0, str(ROOT))
 import onnx  # noqa: E402
 from common import write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
-from remat_cli.memory_plan import arena_peak, buffers_of  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
+from remat_cli.planning.addresses import place  # noqa: E402
+from remat_cli.planning.memory_plan import arena_peak, buffers_of  # noqa: E402
 from remat_cli.runtime import interpret as interp  # noqa: E402
 from remat_cli.runtime import run_schedule  # noqa: E402
 from remat_cli.runtime.arena import arena_replay  # noqa: E402
 from remat_cli.runtime.model import make_inputs  # noqa: E402
 from remat_cli.schedule import baseline, baseline_steps  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
-from remat_cli.solvers.model.addresses import place  # noqa: E402
 
 #: MODeL Table/§5.5 means for reordering alone (fragmentation-free peak vs. PyTorch's order)
 PAPER_REORDER_MEAN = {"batch 1": -0.239, "batch 32": -0.117}

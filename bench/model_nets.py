@@ -401,7 +401,7 @@ globals().update(SPECS)  # `remat export-torch bench/model_nets.py:resnet18_b1`
 
 
 def main() -> None:
-    from remat_cli.runtime.torch_export import export_training_graph
+    from remat_cli.importers.torch_export import export_training_graph
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from common import write_results
 
-from remat_cli.generators import Forward, training_graph
 from remat_cli.graph import Graph
+from remat_cli.importers.generators import Forward, training_graph
 
 
 def scale_graph(nodes: int, seed: int = 0) -> Graph:

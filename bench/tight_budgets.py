@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import write_results  # noqa: E402
 
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

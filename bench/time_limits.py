@@ -19,7 +19,7 @@ from pathlib import Path
 from common import MOCCASIN, SHORT, graph_files, write_results
 
 from remat_cli import registry
-from remat_cli.watchdog import tolerance
+from remat_cli.execution.watchdog import tolerance
 
 
 def main() -> None:

@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import write_results  # noqa: E402
 
-from remat_cli import generators as G  # noqa: E402
 from remat_cli.devices import synthetic_devices  # noqa: E402
+from remat_cli.execution.runner import run_solver  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
+from remat_cli.importers import generators as G  # noqa: E402
 from remat_cli.importers import load_graph  # noqa: E402
-from remat_cli.runner import run_solver  # noqa: E402
 from remat_cli.schedule import baseline, peak_lower_bound  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Make the small ONNX *training* graphs shipped in graphs/ (forward + loss + backward):
 an MLP, a small residual CNN, a small transformer encoder and a small U-Net, defined here
 (torchvision does not import beside the CPU torch build). The export route is
-:mod:`remat_cli.runtime.torch_export` (needs the optional extra ``remat-cli[torch]``); each
+:mod:`remat_cli.importers.torch_export` (needs the optional extra ``remat-cli[torch]``); each
 graph is checked against torch autograd.
 
     python3 graphs/make_training_graphs.py            # writes graphs/torch_*_train.onnx
@@ -23,7 +23,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from remat_cli.runtime.torch_export import Spec, export_training_graph  # noqa: E402
+from remat_cli.importers.torch_export import Spec, export_training_graph  # noqa: E402
 
 
 # ---------------------------------------------------------------- models

@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from remat_cli import registry
 from remat_cli.budget import BudgetError, parse_budget
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph as _load_any
-from remat_cli.runner import run_solver
 from remat_cli.schedule import (
     Schedule,
     ScheduleError,

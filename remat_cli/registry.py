@@ -139,7 +139,7 @@ def _exists(module: str) -> bool:
 
 
 @cache
-def _table() -> dict[str, str]:
+def solver_table() -> dict[str, str]:
     table = {}
     for name, entry in BUILTIN.items():
         if _exists(entry.path.partition(":")[0]):  # solvers still being written are absent
@@ -150,12 +150,12 @@ def _table() -> dict[str, str]:
 
 
 def names() -> list[str]:
-    return list(_table())
+    return list(solver_table())
 
 
 def get(name: str) -> Solver:
     """An instance of solver `name`; this is where its module is imported."""
-    table = _table()
+    table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
     return _load(table[name])()
@@ -163,7 +163,7 @@ def get(name: str) -> Solver:
 
 def info(name: str) -> Entry:
     """The facts `remat solvers` lists; imports nothing for a built-in."""
-    table = _table()
+    table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
     entry = BUILTIN.get(name)

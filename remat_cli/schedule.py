@@ -16,7 +16,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from remat_cli.graph import Graph
-from remat_cli.solve_trace import SolveTrace
 
 SCHEDULE_FORMAT = "remat-schedule"
 SCHEDULE_VERSION = 1
@@ -66,6 +65,32 @@ def copy(value: str, source: str, target: str) -> Step:
 class GraphRef(BaseModel):
     name: str
     sha256: str
+
+
+class TracePoint(BaseModel):
+    """One improving incumbent."""
+
+    seconds: float = Field(description="since the time limit's clock started")
+    peak_memory: int
+    cost: float
+    overhead: float = Field(description="cost / baseline cost - 1")
+    method: str | None = Field(
+        default=None, description="the solver (a portfolio: the lane's solver) that found it"
+    )
+
+
+class SolveTrace(BaseModel):
+    """A solve's improving incumbents, in the order they came."""
+
+    first_within_budget: float | None = Field(
+        default=None,
+        description="seconds from the time limit's start to the first schedule within the budget",
+    )
+    solver_started: float | None = Field(
+        default=None,
+        description="seconds from the time limit's start to the solver's (reading the graph and starting up before it)",
+    )
+    incumbents: list[TracePoint] = Field(default_factory=list)
 
 
 class SolverInfo(BaseModel):

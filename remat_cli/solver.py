@@ -2,7 +2,7 @@
 
 A solver is a class with `name`, `method`, `paper`, declared `params`, `availability()`,
 `supports(graph)` and `solve(graph, budget, options) -> SolverResult`. It returns steps; it
-never touches files or the terminal. `remat_cli.runner.run_solver` simulates what it returns and
+never touches files or the terminal. `remat_cli.execution.runner.run_solver` simulates what it returns and
 builds the Schedule, so a solver's own bookkeeping never reaches the user.
 """
 
@@ -101,7 +101,7 @@ class SolveOptions:
     #: multi-device graphs: each device's budget (the `budget` argument is then their largest)
     budgets: dict[str, int] | None = None
     #: the limit as the user gave it, when `time_limit` is what start-up and loading left of it
-    #: (remat_cli.watchdog): see work_limit
+    #: (remat_cli.execution.watchdog): see work_limit
     nominal_limit: float | None = None
 
     def remaining(self) -> float | None:

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any
 
-from remat_cli import generators as G
 from remat_cli import registry
 from remat_cli.graph import Graph, Node, Value
+from remat_cli.importers import generators as G
 from remat_cli.schedule import ScheduleError, SimResult, baseline, peak_lower_bound, simulate
 from remat_cli.solver import OptionError, SolveOptions, Solver, SolverResult
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from remat_cli.execution.runner import SolverBug, run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import SolverBug, run_solver
 from remat_cli.schedule import ScheduleError, baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 

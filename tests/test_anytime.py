@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators as G
-from remat_cli.commands.live import BackgroundBound
-from remat_cli.cost_bound import cost_lower_bound
+from remat_cli.cli.live import BackgroundBound
+from remat_cli.execution.cost_bound import cost_lower_bound
+from remat_cli.execution.trace import TraceRecorder
+from remat_cli.execution.watchdog import run_guarded
 from remat_cli.graph import Graph
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
-from remat_cli.solve_trace import TraceRecorder
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.ratio import Ratio
-from remat_cli.watchdog import run_guarded
 
 ROOT = Path(__file__).resolve().parents[1]
 

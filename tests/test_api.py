@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import remat_cli
 from remat_cli import InputError, NoSchedule, budget_bytes, load_graph, simulate, solve
 from remat_cli.cli import main
-from remat_cli.generators import unet
+from remat_cli.importers.generators import unet
 from remat_cli.schedule import Schedule, baseline, peak_lower_bound
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators as G
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import auto

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from remat_cli import generators as G
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions, Solver, SolverResult
 from remat_cli.solvers.chen import ChenGreedy, ChenSqrtN, _Passes

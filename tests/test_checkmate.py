@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from remat_cli import generators as G
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, baseline_steps, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.checkmate import (

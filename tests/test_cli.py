@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators, load_graph
+from remat_cli import load_graph
+from remat_cli.importers import generators
 from remat_cli.schedule import baseline, peak_lower_bound
 from tests.clirun import remat
 

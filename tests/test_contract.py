@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
-from remat_cli import generators as G
 from remat_cli import registry
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline_steps, simulate
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
 from remat_cli.testing import all_checks, budget_for, check_solver, parametrize_with_checks

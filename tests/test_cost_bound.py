@@ -1,4 +1,4 @@
-"""The cut bound (remat_cli/cost_bound.py) against the free-order optimum found by brute force."""
+"""The cut bound (remat_cli/execution/cost_bound.py) against the free-order optimum found by brute force."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import cost_bound
-from remat_cli.cost_bound import cost_lower_bound
+from remat_cli.execution import cost_bound
+from remat_cli.execution.cost_bound import cost_lower_bound
+from remat_cli.execution.runner import build_schedule, with_cost_bound
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import build_schedule, with_cost_bound
 from remat_cli.schedule import baseline, peak_lower_bound, steps_from_sequence
 from remat_cli.solver import SolverResult
 from remat_cli.testing import tiny_graph
@@ -94,7 +94,7 @@ def test_never_above_the_free_order_optimum(g: Graph) -> None:
         assert got <= want + 1e-9, (budget, got, want)
 
 
-def random_chain(inst: cost_bound._Instants, rng: random.Random) -> list[str]:
+def random_chain(inst: cost_bound.Instants, rng: random.Random) -> list[str]:
     """Instants each a descendant of the one before, from a random start."""
     n = len(inst.order)
     chain = [rng.randrange(n)]
@@ -107,7 +107,7 @@ def random_chain(inst: cost_bound._Instants, rng: random.Random) -> list[str]:
 def test_chain_bound_never_above_the_free_order_optimum(g: Graph) -> None:
     """Any chain of instants, not only the one cost_lower_bound picks."""
     rng = random.Random(g.name)
-    inst = cost_bound._Instants(g)
+    inst = cost_bound.Instants(g)
     for budget in budgets(g):
         want = free_order_min_extra(g, budget)
         for _ in range(3):
@@ -135,7 +135,7 @@ def test_chain_bound_never_above_the_optimum_of_random_training_chains() -> None
     chained = 0
     for seed in range(25):
         g = random_training_chain(seed)
-        inst = cost_bound._Instants(g)
+        inst = cost_bound.Instants(g)
         for budget in budgets(g):
             want = free_order_min_extra(g, budget)
             if want is None:
@@ -246,8 +246,8 @@ def test_too_many_nodes_or_too_little_time_give_the_trivial_bound(monkeypatch: p
     assert cost_lower_bound(g, budget).extra_cost > 0
     monkeypatch.setattr(cost_bound, "MAX_NODES", len(g.needed_nodes) - 1)
     assert cost_lower_bound(g, budget) == cost_bound.CostBound(0.0, None, 0)
-    with pytest.raises(cost_bound._OutOfTime):
-        cost_bound._Instants(g, deadline=0.0)  # time.monotonic() is past it
+    with pytest.raises(cost_bound.OutOfTime):
+        cost_bound.Instants(g, deadline=0.0)  # time.monotonic() is past it
 
 
 def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:

@@ -167,7 +167,7 @@ def test_single_device_solvers_refuse_multi_device_graphs() -> None:
 
 
 def test_synthetic_profile() -> None:
-    from remat_cli import generators as G
+    from remat_cli.importers import generators as G
 
     base = G.linear(3, seed=0)
     g = synthetic_devices(base, speedup=10, memory_fraction=0.25)
@@ -189,7 +189,7 @@ def test_per_device_profile() -> None:
     assert sim.profile == (10, 110, 100, 125, 20)
     assert {d: max(p) for d, p in sim.device_profile.items()} == sim.peak_by_device
     assert simulate(g, steps).device_profile is None
-    from remat_cli import generators as G
+    from remat_cli.importers import generators as G
 
     single = G.linear(3, seed=0)
     assert simulate(single, baseline_steps(single), keep_profile=True).device_profile is None

@@ -18,7 +18,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 from remat_cli.cli import main
-from remat_cli.generators import linear
+from remat_cli.importers.generators import linear
 from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.runtime.session import CUDA_INSTALL, cuda_install_hint
 
@@ -476,7 +476,7 @@ def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None
     import torch
 
     from remat_cli.importers.notes import Float32Rounding
-    from remat_cli.runtime.torch_export import _check_against_autograd, _Step, export_training_graph
+    from remat_cli.importers.torch_export import _check_against_autograd, _Step, export_training_graph
 
     out.write_bytes(b"from before")
     line = bad_input("export-torch", f"{factory}:counted", "-o", out)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_cli import generators as G
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions, SolverResult
 from remat_cli.solvers import fastsa as F
@@ -419,7 +419,7 @@ def test_iterations_come_from_the_limit_the_user_gave() -> None:
     its iterations from the limit itself, so the same command and seed do the same work however
     long loading took (two CLI runs of resnet18_b32 at 50% differed by 0.4 s of loading, so by
     60,000 iterations, and ended 3 points apart)."""
-    from remat_cli.watchdog import run_guarded
+    from remat_cli.execution.watchdog import run_guarded
 
     g = G.transformer(layers=1, seed=4)
     budget = int(0.8 * baseline(g).peak_memory)

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from remat_cli import generators, load_graph
+from remat_cli import load_graph
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import greedy

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_cli import generators as G
 from remat_cli import registry
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
+from remat_cli.importers import generators as G
 from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
-from remat_cli.runner import run_solver
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.hilp import (
@@ -251,11 +251,11 @@ def failing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         f"[{registry.ENTRY_POINT_GROUP}]\nrefuses = refuses_plugin:Refuses\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry._table.cache_clear()
+    registry.solver_table.cache_clear()
     assert "refuses" in registry.names()
     yield "refuses"
     monkeypatch.undo()
-    registry._table.cache_clear()
+    registry.solver_table.cache_clear()
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

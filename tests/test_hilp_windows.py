@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remat_cli import generators as G
 from remat_cli import registry
 from remat_cli.graph import Graph
+from remat_cli.importers import generators as G
 from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.milp.model import LinearModel

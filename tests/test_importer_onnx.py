@@ -125,9 +125,9 @@ def test_value_info_with_an_expression_of_fixed_symbols() -> None:
     + [("batch/2", None), ("other*2", None), ("batch**99", None), ("__import__('os')", None)],
 )
 def test_dim_expressions(text: str, value: int | None) -> None:
-    from remat_cli.importers.onnx.shapes import _dim_expression
+    from remat_cli.importers.onnx.shapes import dim_expression
 
-    assert _dim_expression(text, {"batch": 3, "seq": 7}) == value
+    assert dim_expression(text, {"batch": 3, "seq": 7}) == value
 
 
 def test_reshape_target_from_shape_arithmetic_is_folded() -> None:

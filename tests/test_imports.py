@@ -18,7 +18,7 @@ MODULES = sorted(
     if m.name != "remat_cli.__main__"  # runs the CLI
 )
 # Modules that need an optional extra: without it they fail on exactly that package.
-EXTRAS = {"remat_cli.runtime.torch_export": "torch"}
+EXTRAS = {"remat_cli.importers.torch_export": "torch"}
 
 
 def test_the_walk_finds_the_package() -> None:

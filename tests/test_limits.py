@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators, registry
+from remat_cli import registry
+from remat_cli.execution.watchdog import run_guarded, tolerance
+from remat_cli.importers import generators
 from remat_cli.schedule import Step, baseline, simulate
 from remat_cli.solver import SolveOptions
-from remat_cli.watchdog import run_guarded, tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 2.0
@@ -129,7 +130,7 @@ def test_cli_exits_128_plus_signal_and_writes_all_or_nothing(sig: int, tmp_path:
 
 WRITER = """
 import sys
-from remat_cli.cli_common import write_atomic
+from remat_cli.cli.common import write_atomic
 text = sys.argv[2] * 20_000_000  # 20 MB: the kill lands while it is being written
 print("writing", flush=True)
 write_atomic(sys.argv[1], text)
@@ -166,21 +167,21 @@ def test_killed_writer_leaves_the_old_file_or_the_new(tmp_path: Path) -> None:
 def test_incumbents_keep_every_step_field() -> None:
     """What the solver child sends through the pipe comes back whole: copy steps keep their
     devices (a dropped field made a copy 'to itself' once)."""
+    from remat_cli.execution.watchdog import pack_steps, unpack_steps
     from remat_cli.schedule import Step
-    from remat_cli.watchdog import _pack, _unpack
 
     steps = [
         Step(op="compute", node="a", device="gpu"),
         Step.model_validate({"op": "copy", "value": "x", "from": "cpu", "to": "gpu"}),
         Step(op="free", value="x", device="cpu"),
     ]
-    assert _unpack(_pack(steps)) == steps
+    assert unpack_steps(pack_steps(steps)) == steps
 
 
 def test_a_long_lived_process_counts_from_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """Called in-process (a test runner, a notebook) the time limit counts from the command; the
     `remat` executable counts from its process's start."""
-    from remat_cli import watchdog
+    from remat_cli.execution import watchdog
 
     later = watchdog.COMMAND_STARTED + 3600.0
     monkeypatch.setattr(watchdog, "_PROCESS_IS_COMMAND", False)

@@ -18,9 +18,9 @@ import random
 
 import pytest
 
-from remat_cli import generators as G
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import ScheduleError, baseline, peak_lower_bound, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.moccasin import model as MM

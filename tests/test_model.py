@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from model_graphs import fan, fig3
 
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import buffers_of
-from remat_cli.plan_check import check_plan
-from remat_cli.runner import run_solver
+from remat_cli.planning.check import check_plan
+from remat_cli.planning.memory_plan import buffers_of
 from remat_cli.schedule import baseline, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.model.lifetimes import Problem
@@ -164,8 +164,8 @@ def test_matches_brute_force_on_tiny_dags(seed: int) -> None:
 @pytest.mark.parametrize("engine", ["cp-sat", "milp"])
 def test_address_engines_close_a_bad_start(engine: str) -> None:
     """Both engines of addresses.py, from every buffer stacked (no reuse), reach the order's peak."""
-    from remat_cli.memory_plan import arena_peak
-    from remat_cli.solvers.model import addresses
+    from remat_cli.planning import addresses
+    from remat_cli.planning.memory_plan import arena_peak
 
     g = fig3()
     steps = steps_from_sequence(g, ["v1", "v3", "v2", "v4"])
@@ -174,8 +174,10 @@ def test_address_engines_close_a_bad_start(engine: str) -> None:
     for b in bufs:
         stacked.append(top)
         top += b.size
-    run = addresses._cpsat if engine == "cp-sat" else addresses._milp
-    got = run(addresses._Task(bufs, 1 << 20, stacked, top, 0, 20.0, 1, 0))  # alignment 1 MiB: small numbers
+    run = addresses.place_cpsat if engine == "cp-sat" else addresses.place_milp
+    got = run(
+        addresses.PlacementTask(bufs, 1 << 20, stacked, top, 0, 20.0, 1, 0)
+    )  # alignment 1 MiB: small numbers
     assert got is not None
     offsets, _, proven = got
     arena = max(o + b.size for o, b in zip(offsets, bufs, strict=True))

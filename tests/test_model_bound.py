@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from test_model import solve, tiny_dag
 
-from remat_cli import generators
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import buffers_of, make_plan
-from remat_cli.plan_check import check_plan
+from remat_cli.importers import generators
+from remat_cli.planning.addresses import place
+from remat_cli.planning.check import check_plan
+from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.schedule import MemoryPlan, steps_from_sequence
 from remat_cli.solvers.model import bound
-from remat_cli.solvers.model.addresses import place
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound, last_of_bound, live_profile
 from remat_cli.solvers.model.lifetimes import TIES, Problem
 from remat_cli.solvers.model.ordering import (
@@ -400,7 +400,7 @@ def test_joint_walk_goes_below_the_best_placement_of_its_start_order() -> None:
 def test_first_fit_takes_the_lowest_gap_where_best_fit_takes_the_tightest() -> None:
     """Two placed buffers leave a 3-byte gap at 0 and a 1-byte gap at 5 over the same steps: a
     1-byte buffer goes to 0 by first fit (what the joint walk re-places with), to 5 by best fit."""
-    from remat_cli.best_fit import best_fit_kernel, first_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel, first_fit_kernel
 
     start = np.zeros(3, dtype=np.int64)
     end = np.full(3, 4, dtype=np.int64)
@@ -440,7 +440,7 @@ def _reference_fit(start, end, size, order, offset, lowest: bool) -> list[int]:
 def test_fit_kernels_match_the_plain_rule_with_fixed_and_placed_buffers() -> None:
     """The compiled kernels keep the placed buffers sorted by offset as they go (no sort per
     buffer); 400 random cases, some buffers fixed beforehand, must place exactly as the plain rule."""
-    from remat_cli.best_fit import best_fit_kernel, first_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel, first_fit_kernel
 
     rng = np.random.default_rng(7)
     for _ in range(400):

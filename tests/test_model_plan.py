@@ -13,10 +13,12 @@ from click.testing import CliRunner
 from model_graphs import fan
 from test_model import first_fit
 
-from remat_cli import generators
 from remat_cli.cli import main
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.memory_plan import (
+from remat_cli.importers import generators
+from remat_cli.planning.addresses import PATIENCE, place, repack, squeaky_wheel
+from remat_cli.planning.check import PlanError, check_plan
+from remat_cli.planning.memory_plan import (
     Buffer,
     arena_peak,
     best_fit,
@@ -26,9 +28,7 @@ from remat_cli.memory_plan import (
     perturbed_offsets,
     plan_schedule,
 )
-from remat_cli.plan_check import PlanError, check_plan
 from remat_cli.schedule import MemoryPlan, PlacedBuffer, baseline_steps, compute, free
-from remat_cli.solvers.model.addresses import PATIENCE, place, repack, squeaky_wheel
 
 
 def chain() -> Graph:
@@ -279,7 +279,7 @@ def test_cpsat_stall_rounds_repeat_and_never_pass_the_incumbent() -> None:
     a seed, an objective no worse than the warm start's, a bound no higher than the objective."""
     from ortools.sat.python import cp_model
 
-    from remat_cli.solvers.model import cpsat
+    from remat_cli.milp import cpsat
 
     def model() -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
         rng = np.random.default_rng(3)
@@ -306,7 +306,7 @@ def test_cpsat_stall_rounds_repeat_and_never_pass_the_incumbent() -> None:
 
 def test_breadth_places_the_busiest_step_first() -> None:
     """Steps by decreasing live bytes, at each the buffers not yet placed by decreasing size."""
-    from remat_cli.memory_plan import breadth_order
+    from remat_cli.planning.memory_plan import breadth_order
 
     start, end, size = np.array([0, 0, 2, 3]), np.array([2, 4, 4, 4]), np.array([1, 2, 5, 3])
     # live bytes per step: 3, 3, 7, 10 -> step 3 first (buffers 2, 3, 1), then 2, then 0 (buffer 0)
@@ -315,7 +315,7 @@ def test_breadth_places_the_busiest_step_first() -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_perturbed_breadth_never_grows_and_repeats(seed: int) -> None:
-    from remat_cli.memory_plan import perturbed_breadth
+    from remat_cli.planning.memory_plan import perturbed_breadth
 
     g = generators.random_layered(40, seed=seed)
     bufs = buffers_of(g, baseline_steps(g))

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
+from remat_cli.execution.runner import run_solver
 from remat_cli.importers import load_graph
-from remat_cli.memory_plan import plan_schedule
-from remat_cli.runner import run_solver
+from remat_cli.planning.memory_plan import plan_schedule
 from remat_cli.runtime import interpret as interp
 from remat_cli.runtime.arena import arena_replay
 from remat_cli.runtime.model import make_inputs

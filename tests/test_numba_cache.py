@@ -1,4 +1,4 @@
-"""`remat_cli.numba_cache.package_njit`: a cached kernel that calls a kernel in another file of its
+"""`remat_cli.util.numba_cache.package_njit`: a cached kernel that calls a kernel in another file of its
 package follows an edit of that file in the next process (numba's own ``cache=True`` does not)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 B = """\
-from remat_cli.numba_cache import package_njit
+from remat_cli.util.numba_cache import package_njit
 
 kernel = package_njit(error_model="numpy")
 
@@ -25,7 +25,7 @@ def g(x):
 """
 
 A = """\
-from remat_cli.numba_cache import package_njit
+from remat_cli.util.numba_cache import package_njit
 from kpkg.b import g
 
 kernel = package_njit(error_model="numpy")

@@ -60,7 +60,7 @@ def test_solve_prints_the_note_only_when_cold(tmp_path: Path, monkeypatch: pytes
     from click.testing import CliRunner
 
     from remat_cli.cli import main
-    from remat_cli.generators import linear
+    from remat_cli.importers.generators import linear
 
     g = tmp_path / "g.json"
     g.write_text(linear(4, seed=1).to_json())

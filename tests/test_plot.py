@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from remat_cli import generators
 from remat_cli.graph import Graph
-from remat_cli.importers import load_graph
+from remat_cli.importers import generators, load_graph
 from remat_cli.schedule import Schedule, baseline, simulate
 from remat_cli.sweep.cells import GraphEntry, make_cells, read_records
 from remat_cli.sweep.plot import BASELINE_LABEL, memory_figure, tradeoff_figure

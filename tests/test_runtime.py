@@ -17,11 +17,12 @@ from click.testing import CliRunner
 from onnx import TensorProto
 from onnx import helper as oh
 
+from remat_cli.cli.export_torch import export_torch_command
+from remat_cli.cli.run_schedule import run_command
+from remat_cli.execution.runner import build_schedule, run_solver
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import fit_ir_version, from_onnx_file, runtime_ir_version
-from remat_cli.runner import build_schedule, run_solver
 from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
-from remat_cli.runtime.cli_command import export_torch_command, run_command
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
 from remat_cli.runtime.session import executed_order, session_options
@@ -446,7 +447,7 @@ def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str, 
     graph = from_onnx_file(path)
     sched = checkpoint_all(graph)
     if mode == "interpret":  # and the replay inside a memory plan's arena draws the same too
-        from remat_cli.memory_plan import plan_schedule
+        from remat_cli.planning.memory_plan import plan_schedule
 
         sched = sched.model_copy(update={"memory_plan": plan_schedule(graph, sched.steps)})
     rep = run_schedule(path, graph, sched, mode=mode, repeat=2, warmup=1)

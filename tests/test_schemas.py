@@ -7,8 +7,8 @@ from pathlib import Path
 
 import jsonschema
 
-from remat_cli import generators
-from remat_cli.runner import run_solver
+from remat_cli.execution.runner import run_solver
+from remat_cli.importers import generators
 from remat_cli.schemas import render
 from remat_cli.solver import SolveOptions
 
@@ -33,7 +33,7 @@ def test_files_validate_against_schemas() -> None:
 
 def test_a_schedule_without_budget_reads_back() -> None:
     """to_json leaves out None fields, so `budget: None` must be optional when read again."""
-    from remat_cli.generators import linear
+    from remat_cli.importers.generators import linear
     from remat_cli.schedule import GraphRef, Schedule, SolverInfo, baseline_steps, evaluate
 
     g = linear(4)

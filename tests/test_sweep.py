@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from remat_cli import generators
 from remat_cli.graph import Graph
-from remat_cli.importers import load_graph
+from remat_cli.importers import generators, load_graph
 from remat_cli.schedule import Schedule, baseline, simulate
 from remat_cli.sweep import runner
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, RecordWriter, make_cells, read_records, record_key

@@ -11,7 +11,7 @@ from pathlib import Path
 import distributed
 import pytest
 
-from remat_cli import generators
+from remat_cli.importers import generators
 from remat_cli.sweep.cells import DETERMINISTIC_FIELDS, GraphEntry, make_cells, read_records, record_key
 from remat_cli.sweep.dask_backend import DaskBackend
 from remat_cli.sweep.pool import LocalPool

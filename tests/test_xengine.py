@@ -9,11 +9,11 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from remat_cli import generators as G
 from remat_cli.cli import main
 from remat_cli.devices import synthetic_devices
+from remat_cli.execution.runner import run_solver
 from remat_cli.graph import Graph
-from remat_cli.runner import run_solver
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.testing import brute_force_min_cost

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from remat_cli import generators as G
 from remat_cli.devices import synthetic_devices
+from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, baseline_steps, peak_lower_bound, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.xengine.baselines import RELAX, single_device_candidates

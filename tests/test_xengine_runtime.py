@@ -19,9 +19,9 @@ from onnx import helper as oh
 
 from remat_cli.cli import main
 from remat_cli.devices import synthetic_devices
+from remat_cli.execution.runner import build_schedule
 from remat_cli.graph import Graph
 from remat_cli.importers.onnx import from_onnx_file
-from remat_cli.runner import build_schedule
 from remat_cli.runtime import ModelMismatch, run_schedule
 from remat_cli.runtime.devices import DeviceRunReport, Placement, transfer
 from remat_cli.schedule import Schedule, Step, simulate

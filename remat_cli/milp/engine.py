@@ -50,10 +50,10 @@ CP-SAT works on integers: every variable must be integer and every constraint co
 bound integral (scale memory by the gcd of the sizes before building); the objective may be
 fractional. ``solve`` says so in ``message`` and falls back when that does not hold.
 
-Speed, measured on the Checkmate model of random_layered_n250 at 90% (T = 250: 223,844 columns,
-769,982 rows, 2.06 M nonzeros) on the loaded 2-core dev machine: numpy build 1.4 s, CSR 0.7 s,
-ModelProto fill 3.6 s — against minutes through ``mathopt.Model`` Python expressions. The
-``LinearModel`` arrays are backend-neutral, so H-ILP and Checkmate share this path.
+The model is built as numpy arrays and handed to the engine as one sparse matrix (CSR, then
+MathOpt's ModelProto), not through ``mathopt.Model``'s Python expressions, which take minutes on
+the 10⁶-row Checkmate models. The ``LinearModel`` arrays are backend-neutral, so H-ILP and
+Checkmate share this path.
 
 Layout: :mod:`remat_cli.milp.model` (the model, settings and result types), :mod:`remat_cli.milp.mathopt`
 (OR-Tools MathOpt backends), :mod:`remat_cli.milp.gurobi` (gurobipy); this module discovers the
@@ -66,14 +66,14 @@ import multiprocessing
 import os
 import time
 
-from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, _gurobi_status, _solve_gurobi
+from remat_cli.milp.gurobi import GUROBI_PIP_LIMIT, gurobi_status, solve_gurobi
 from remat_cli.milp.mathopt import (
     LOAD_SECONDS_PER_NONZERO,
     PROTO_SECONDS_PER_NONZERO,
-    _solve_mathopt,
     lagrangian_bound,
     model_proto,
     setup_seconds,
+    solve_mathopt,
 )
 from remat_cli.milp.model import (
     BACKENDS,
@@ -117,7 +117,7 @@ def available_backends() -> dict[str, tuple[bool, str]]:
     except ImportError as e:  # pragma: no cover - ortools is a dependency
         for b in ("highs", "scip", "cpsat", *LP_BACKENDS):
             out[b] = (False, f"ortools.math_opt unavailable: {e}")
-    out["gurobi"] = _gurobi_status()
+    out["gurobi"] = gurobi_status()
     return out
 
 
@@ -159,9 +159,9 @@ def solve(model: LinearModel, settings: EngineSettings | None = None) -> MilpRes
             if _killable(s):
                 res = _solve_in_child(model, s, b, left)
             elif b == "gurobi":
-                res = _solve_gurobi(model, s, left)
+                res = solve_gurobi(model, s, left)
             else:
-                res = _solve_mathopt(model, s, b, left)
+                res = solve_mathopt(model, s, b, left)
         except EngineError as e:
             notes.append(f"{b}: {e}")
             continue
@@ -195,9 +195,9 @@ def _solve_in_child(model: LinearModel, s: EngineSettings, backend: str, left: f
     def child() -> None:
         try:
             res = (
-                _solve_gurobi(model, s, left)
+                solve_gurobi(model, s, left)
                 if backend == "gurobi"
-                else _solve_mathopt(model, s, backend, left)
+                else solve_mathopt(model, s, backend, left)
             )
             send.send(("ok", res))
         except EngineError as e:

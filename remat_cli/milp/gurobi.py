@@ -14,7 +14,7 @@ from remat_cli.milp.model import EngineError, EngineSettings, LinearModel, MilpR
 from remat_cli.schedule import relative_gap
 
 
-def _gurobi_status() -> tuple[bool, str]:
+def gurobi_status() -> tuple[bool, str]:
     try:
         import gurobipy  # noqa: F401
     except ImportError:
@@ -44,7 +44,7 @@ def _gurobi_size_limited() -> bool:
         return getattr(e, "errno", None) == 10010
 
 
-def _solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None) -> MilpResult:
+def solve_gurobi(model: LinearModel, s: EngineSettings, time_left: float | None) -> MilpResult:
     try:
         import gurobipy as gp
         from gurobipy import GRB

@@ -109,9 +109,7 @@ def _by_type(val: Any, bools: Any, ints: Any, reals: Any, strings: Any) -> Any:
     return reals if isinstance(val, float) else strings
 
 
-def _solve_mathopt(
-    model: LinearModel, s: EngineSettings, backend: str, time_left: float | None
-) -> MilpResult:
+def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left: float | None) -> MilpResult:
     from ortools.math_opt import (
         callback_pb2,
         model_parameters_pb2,

@@ -14,7 +14,7 @@ Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 BACKENDS: tuple[str, ...] = ("highs", "scip", "cpsat", "gurobi")
 #: engines for LP relaxations only (``relax=True``): OR-Tools' PDLP, a first-order primal-dual
 #: method whose cost per iteration is two sparse matrix-vector products, so it scales to the
-#: 10⁶-row relaxations that simplex and barrier do not finish on two cores
+#: 10⁶-row relaxations that simplex and barrier do not finish in minutes
 LP_BACKENDS: tuple[str, ...] = ("pdlp",)
 DEFAULT_AUTO_ORDER: tuple[str, ...] = ("gurobi", "highs", "scip", "cpsat")
 

@@ -1,5 +1,5 @@
 """Device profiles: each node's time on each onnxruntime provider and the copy cost per byte
-between devices (issue 17 item 4; XEngine, Schuler et al., TACO 2023, §3.1 takes per-device
+between devices (XEngine, Schuler et al., TACO 2023, §3.1 takes per-device
 operator times and transfer times as the MILP's inputs, measured on the target machine).
 
 Node times come from the per-node sessions interpret mode replays with

@@ -1,4 +1,4 @@
-"""Replay of a multi-device schedule (XEngine, Schuler et al., TACO 2023, §3.1; issue 17 item 5).
+"""Replay of a multi-device schedule (XEngine, Schuler et al., TACO 2023, §3.1).
 
 Interpret mode on several devices: every ``compute`` runs the node's own one-node session on
 the onnxruntime provider of its device, every ``copy`` moves the tensor between devices, every
@@ -39,7 +39,14 @@ from remat_cli.importers.onnx import fit_ir_version
 from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
 from remat_cli.runtime.node_sessions import ReplayClock
-from remat_cli.runtime.report import RunReport, _compare, _mb, _measured, _predicted, _report
+from remat_cli.runtime.report import (
+    RunReport,
+    build_report,
+    compare_outputs,
+    measured_figures,
+    megabytes,
+    predicted_figures,
+)
 from remat_cli.runtime.session import RunFailed, RuntimeUnavailable, cuda_install_hint
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, simulate
 
@@ -203,15 +210,15 @@ class DeviceRunReport(RunReport):
     def table(self) -> list[tuple[str, str, str, str]]:
         rows = super().table()
         for d in self.devices:
-            budget = f" / {_mb(d.budget)}" if d.budget is not None else ""
+            budget = f" / {megabytes(d.budget)}" if d.budget is not None else ""
             err = "" if d.memory_error is None else f" ({d.memory_error:+.1%})"
             rows.insert(
                 len(rows) - 1,
                 (
                     f"peak on {d.id} ({d.kind})",
-                    _mb(d.predicted_peak) + budget,
-                    _mb(d.measured_peak) + err,
-                    _mb(d.unscheduled_peak),
+                    megabytes(d.predicted_peak) + budget,
+                    megabytes(d.measured_peak) + err,
+                    megabytes(d.unscheduled_peak),
                 ),
             )
         rows.insert(len(rows) - 1, ("copies", f"{self.copies} costing {self.copy_cost:.4g}", "", ""))
@@ -253,8 +260,8 @@ def run_on_devices(
     )
     (peaks, view_bytes), (ref_peaks, _) = run[0], ref[0]
     resident = graph.resident_bytes
-    measured = _measured(max(peaks.values()), run[1], run[2], resident, exact=True)
-    unscheduled = _measured(max(ref_peaks.values()), ref[1], ref[2], resident, exact=True)
+    measured = measured_figures(max(peaks.values()), run[1], run[2], resident, exact=True)
+    unscheduled = measured_figures(max(ref_peaks.values()), ref[1], ref[2], resident, exact=True)
     budgets = schedule.budgets or {}
     predicted_by = sim.peak_by_device or {}
     devices = [
@@ -272,7 +279,7 @@ def run_on_devices(
     ]
     any_cuda = any(p.kind == "cuda" for p in engine.place.values())
     names = [o.name for o in model.graph.output]
-    compared = _compare(run[3], ref[3], names, exact=not any_cuda)
+    compared = compare_outputs(run[3], ref[3], names, exact=not any_cuda)
     notes.append(
         "interpret mode on several devices: per-device peak = exact live tensor bytes on that device "
         "(views 0 where computed), copies included; the unscheduled run is everything on "
@@ -286,12 +293,12 @@ def run_on_devices(
         )
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
-    return _report(
+    return build_report(
         DeviceRunReport,
         model_path,
         graph,
         schedule,
-        _predicted(sim, base_sim),
+        predicted_figures(sim, base_sim),
         measured,
         unscheduled,
         compared,

@@ -1,10 +1,9 @@
 """The per-node sessions of interpret mode, kept within the device's memory.
 
-Every CUDA session holds its own cuBLAS and cuDNN handles and workspaces: measured on an H100
-(onnxruntime-gpu 1.31.1), 147 MiB of device memory per single-Conv session once it has run (73
-MiB with a shared user stream). A session per node of the shipped ResNet step (627 nodes) is
-92 GB, past the card's 80: its replay stopped at step 890 with cuDNN's "CUDNN_STATUS_INTERNAL_ERROR"
-from ``cudnnCreate``. So on CUDA the sessions are made when a step first needs them, and before
+Every CUDA session holds its own cuBLAS and cuDNN handles and workspaces, on the order of a
+hundred MiB of device memory per single-Conv session once it has run. A session per node of a
+network with hundreds of nodes then outgrows the card, and the replay stops with cuDNN's
+"CUDNN_STATUS_INTERNAL_ERROR" from ``cudnnCreate``. So on CUDA the sessions are made when a step first needs them, and before
 one is made while the device has less than ``RESERVE`` of its memory free, the newest one is
 dropped (its handles, and its arena with the chunks it kept, go with it). The newest, not the
 least recently used: a replay visits the nodes in the same order every time, and on such a cycle

@@ -35,10 +35,10 @@ from remat_cli.runtime.report import (
     Mode,
     Provider,
     RunReport,
-    _compare,
-    _measured,
-    _predicted,
-    _report,
+    build_report,
+    compare_outputs,
+    measured_figures,
+    predicted_figures,
 )
 from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
@@ -126,7 +126,7 @@ def run_schedule(
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
         raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
-    predicted = _predicted(sim, baseline(graph))
+    predicted = predicted_figures(sim, baseline(graph))
     feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
@@ -142,8 +142,8 @@ def run_schedule(
         except RunFailed:
             _blame_model(model_path, loaded, threads)
             raise
-        measured = _measured(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
-        unscheduled = _measured(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
+        measured = measured_figures(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
+        unscheduled = measured_figures(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
         out_a, out_b = run.outputs, ref.outputs
         if old_opset is not None:  # the original model too, not only the upgraded baseline
             fitted = fit_ir_version(loaded)
@@ -177,8 +177,10 @@ def run_schedule(
                 raise
             out_a = _load(d / "scheduled_out.npz")
             out_b = _load(d / "unscheduled_out.npz")
-        measured = _measured(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False)
-        unscheduled = _measured(
+        measured = measured_figures(
+            run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False
+        )
+        unscheduled = measured_figures(
             ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False
         )
         if run_m.executed is not None:
@@ -194,18 +196,18 @@ def run_schedule(
         notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
     names = [o.name for o in model.graph.output]
     exact = provider == "cpu"
-    match, diff, bad = _compare(out_a, out_b, names, exact=exact)
+    match, diff, bad = compare_outputs(out_a, out_b, names, exact=exact)
     if original is not None:
         # One-node sessions round differently from the whole model's (e.g. Conv pre-packs its
         # constant weights), so the original is matched within tolerance, the baseline exactly.
-        match_o, diff_o, bad_o = _compare(out_a, original, names, exact=False)
+        match_o, diff_o, bad_o = compare_outputs(out_a, original, names, exact=False)
         match, diff, bad = match and match_o, max(diff, diff_o), bad + [n for n in bad_o if n not in bad]
         notes.append(
             "outputs also compared with the original model's run: numpy.allclose (rtol 1e-4, atol 1e-5)"
         )
     if not exact:
         notes.append("outputs compared with numpy.allclose (rtol 1e-4, atol 1e-5) on CUDA")
-    return _report(
+    return build_report(
         RunReport,
         model_path,
         graph,
@@ -281,7 +283,7 @@ def _arena_check(
     assert schedule.memory_plan is not None
     a = arena_replay(engine, schedule.steps, schedule.memory_plan, feeds)
     names = [o.name for o in model.graph.output]
-    match, diff, bad = _compare(a.outputs, dict(reference), names, exact=True)
+    match, diff, bad = compare_outputs(a.outputs, dict(reference), names, exact=True)
     return {
         "planned_arena": a.planned_arena,
         "measured_arena": a.measured_arena,

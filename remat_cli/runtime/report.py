@@ -73,7 +73,7 @@ class RunReport(BaseModel):
         """Rows (quantity, predicted, measured, unscheduled) for the CLI's table."""
         p, m, u = self.predicted, self.measured, self.unscheduled
         return [
-            ("peak memory", _mb(p.peak_memory), _mb(m.peak_memory), _mb(u.peak_memory)),
+            ("peak memory", megabytes(p.peak_memory), megabytes(m.peak_memory), megabytes(u.peak_memory)),
             (
                 "peak vs predicted",
                 "",
@@ -88,11 +88,11 @@ class RunReport(BaseModel):
         ]
 
 
-def _mb(b: int) -> str:
+def megabytes(b: int) -> str:
     return f"{b / 1e6:,.2f} MB"  # as the CLI's other tables
 
 
-def _predicted(sim: SimResult, base_sim: SimResult) -> Predicted:
+def predicted_figures(sim: SimResult, base_sim: SimResult) -> Predicted:
     """The simulator's figures for the schedule (`sim`) and the unscheduled baseline (`base_sim`)."""
     return Predicted(
         peak_memory=sim.peak_memory,
@@ -106,7 +106,7 @@ def _predicted(sim: SimResult, base_sim: SimResult) -> Predicted:
 R = TypeVar("R", bound=RunReport)
 
 
-def _report(
+def build_report(
     cls: type[R],
     model_path: str | Path,
     graph: Graph,
@@ -142,7 +142,7 @@ def _report(
     )
 
 
-def _measured(
+def measured_figures(
     peak: int, times: list[float], cpu_times: list[float], resident: int, *, exact: bool
 ) -> Measured:
     # Interpret mode's peak already includes the resident values; session mode's does not.
@@ -156,7 +156,7 @@ def _measured(
     )
 
 
-def _compare(
+def compare_outputs(
     a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], names: list[str], *, exact: bool
 ) -> tuple[bool, float, list[str]]:
     bad: list[str] = []

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remat_cli.cli_common import EXIT_INFEASIBLE
+from remat_cli.execution.exit_codes import EXIT_INFEASIBLE
 from remat_cli.schedule import Schedule
 from remat_cli.sweep.cells import Cell
 

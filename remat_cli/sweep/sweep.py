@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from remat_cli import registry
-from remat_cli.files import write_atomic
 from remat_cli.graph import Graph
 from remat_cli.sweep.cells import RESULTS_FILE, Cell, Key, RecordWriter, read_records, record_key
 from remat_cli.sweep.runner import skipped_record
+from remat_cli.util.files import write_atomic
 
 
 class Backend(Protocol):

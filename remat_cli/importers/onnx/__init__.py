@@ -29,13 +29,13 @@ from remat_cli.graph import Graph, GraphError
 from remat_cli.importers.notes import OpsetUpgraded
 from remat_cli.importers.onnx.builder import (
     GRAD_OF_KEY,
-    _Builder,
-    _grad_of,
-    _infer_phases,
-    _topological,
+    Builder,
     draws_random,
+    grad_of_links,
+    infer_phases,
     node_reads,
     onnx_node_ids,
+    topological_order,
 )
 from remat_cli.importers.onnx.common import (
     COST_MODELS,
@@ -49,23 +49,23 @@ from remat_cli.importers.onnx.common import (
     VIEW_OPS,
     Dim,
 )
-from remat_cli.importers.onnx.costs import _profile, node_flops
+from remat_cli.importers.onnx.costs import node_flops, profile_times
 from remat_cli.importers.onnx.reading import (
-    _check_is_model,
-    _inline_small_int_initializers,
     check_external_data,
+    check_is_model,
     fit_ir_version,
+    inline_small_int_initializers,
     looks_like_onnx_json,
     read_model,
     runtime_ir_version,
     upgrade_opset,
 )
 from remat_cli.importers.onnx.shapes import (
-    _collect_types,
-    _fix_input_dims,
-    _infer_shapes,
-    _shape_of,
+    collect_types,
     dtype_name,
+    fix_input_dims,
+    infer_shapes,
+    shape_of,
     tensor_bytes,
 )
 
@@ -131,7 +131,7 @@ def from_onnx_json(data: Mapping[str, Any], **options: Any) -> Graph:
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise GraphError(f"ONNX JSON does not parse: {first}") from None
-    _check_is_model(model, "ONNX JSON")
+    check_is_model(model, "ONNX JSON")
     return from_onnx_model(model, **options)
 
 
@@ -166,18 +166,18 @@ def from_onnx_model(
     m.CopyFrom(upgraded)
     if base_dir is not None:
         check_external_data(m, Path(base_dir))
-        _inline_small_int_initializers(m.graph, Path(base_dir))
-    symbols = _fix_input_dims(m.graph, input_shapes or {}, batch)
-    inferred, no_symbolic = _infer_shapes(m)
-    types = _collect_types(inferred.graph, symbols)
+        inline_small_int_initializers(m.graph, Path(base_dir))
+    symbols = fix_input_dims(m.graph, input_shapes or {}, batch)
+    inferred, no_symbolic = infer_shapes(m)
+    types = collect_types(inferred.graph, symbols)
     g = m.graph
     ids = onnx_node_ids(g)
-    order = _topological(g, ids)
-    builder = _Builder(g, ids, types, no_symbolic)
+    order = topological_order(g, ids)
+    builder = Builder(g, ids, types, no_symbolic)
     values, nodes, outputs, node_infos = builder.build(order)
-    phases = _infer_phases(g, ids, nodes, types)
+    phases = infer_phases(g, ids, nodes, types)
     if phases is not None:
-        grad_of = _grad_of(g, ids, phases)
+        grad_of = grad_of_links(g, ids, phases)
         for n in nodes:
             n.phase = phases[n.id]
             n.grad_of = grad_of.get(n.id)
@@ -186,9 +186,9 @@ def from_onnx_model(
             n.cost = 1.0
     elif cost == "flops":
         for n, info in zip(nodes, node_infos, strict=True):
-            n.cost = float(node_flops(info.proto, lambda t: _shape_of(types, t)))
+            n.cost = float(node_flops(info.proto, lambda t: shape_of(types, t)))
     else:
-        costs = _profile(m, ids, types, node_infos, profile_runs, base_dir)
+        costs = profile_times(m, ids, types, node_infos, profile_runs, base_dir)
         for n in nodes:
             n.cost = costs[n.id]
     graph_name = name or g.name or "onnx"

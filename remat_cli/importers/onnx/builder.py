@@ -44,8 +44,8 @@ import onnx
 from onnx import GraphProto, NodeProto
 
 from remat_cli.graph import GraphError, Node, Phase, Value
-from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, RANDOM_OPS, VIEW_OPS, _subgraphs
-from remat_cli.importers.onnx.shapes import _shape_of, _TensorType, dtype_name, tensor_bytes
+from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, RANDOM_OPS, VIEW_OPS, subgraphs
+from remat_cli.importers.onnx.shapes import TensorType, dtype_name, shape_of, tensor_bytes
 
 #: ONNX node metadata naming the forward node a backward node differentiates (``grad_of``)
 GRAD_OF_KEY = "remat.grad_of"
@@ -87,7 +87,7 @@ def _outer_refs(g: GraphProto) -> list[str]:
         for i in n.input:
             if i and i not in defined:
                 refs[i] = None
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             for r in _outer_refs(sub):
                 if r not in defined:
                     refs[r] = None
@@ -97,7 +97,7 @@ def _outer_refs(g: GraphProto) -> list[str]:
 def node_reads(n: NodeProto) -> list[str]:
     """ONNX inputs (empty optionals skipped) then outer-scope reads of subgraphs, deduplicated."""
     names = dict.fromkeys(i for i in n.input if i)
-    for sub in _subgraphs(n):
+    for sub in subgraphs(n):
         names.update(dict.fromkeys(_outer_refs(sub)))
     return list(names)
 
@@ -106,7 +106,7 @@ def _is_view(n: NodeProto) -> bool:
     return n.op_type in VIEW_OPS and n.domain in DEFAULT_DOMAINS and bool(n.input) and bool(n.input[0])
 
 
-def _topological(g: GraphProto, ids: Sequence[str]) -> list[int]:
+def topological_order(g: GraphProto, ids: Sequence[str]) -> list[int]:
     """Node indices in a topological order, ONNX order where it already is one (it should be)."""
     producer = {o: k for k, n in enumerate(g.node) for o in n.output if o}
     preds = [{producer[i] for i in node_reads(n) if i in producer} for n in g.node]
@@ -133,18 +133,18 @@ def _topological(g: GraphProto, ids: Sequence[str]) -> list[int]:
 
 
 @dataclass
-class _NodeInfo:
+class NodeInfo:
     index: int  # position in graph.node
     proto: NodeProto
     reads: list[str]  # ONNX reads (no view bases)
 
 
-class _Builder:
+class Builder:
     def __init__(
         self,
         g: GraphProto,
         ids: Sequence[str],
-        types: Mapping[str, _TensorType | str],
+        types: Mapping[str, TensorType | str],
         no_symbolic: str | None = None,
     ):
         self.g = g
@@ -160,15 +160,15 @@ class _Builder:
         inits = {t.name for t in self.g.initializer}
         for vi in self.g.input:
             t = self.types.get(vi.name)
-            if vi.name not in inits and not (isinstance(t, _TensorType) and t.concrete is not None):
+            if vi.name not in inits and not (isinstance(t, TensorType) and t.concrete is not None):
                 return "give --input-shape NAME=DIMS or --batch N"
         return "all input shapes are fixed, so it depends on tensor values that shape inference cannot see"
 
     def _value(self, name: str, role: str, size_zero: bool = False) -> Value:
         t = self.types.get(name)
-        tensor = isinstance(t, _TensorType)
-        dtype = dtype_name(t.elem_type) if isinstance(t, _TensorType) else None
-        shape = t.concrete if isinstance(t, _TensorType) else None
+        tensor = isinstance(t, TensorType)
+        dtype = dtype_name(t.elem_type) if isinstance(t, TensorType) else None
+        shape = t.concrete if isinstance(t, TensorType) else None
         if size_zero:  # a view: its size does not depend on its shape
             return Value(id=name, size=0, role=role, dtype=dtype, shape=shape)  # type: ignore[arg-type]
         where = f"tensor {name!r}"
@@ -199,7 +199,7 @@ class _Builder:
             raise GraphError(f"{where} {e}") from None
         return Value(id=name, size=size, role=role, dtype=dtype, shape=list(shape))  # type: ignore[arg-type]
 
-    def build(self, order: Sequence[int]) -> tuple[list[Value], list[Node], list[str], list[_NodeInfo]]:
+    def build(self, order: Sequence[int]) -> tuple[list[Value], list[Node], list[str], list[NodeInfo]]:
         g = self.g
         inits = [t.name for t in g.initializer] + [t.values.name for t in g.sparse_initializer]
         init_set = set(inits)
@@ -212,7 +212,7 @@ class _Builder:
                 values[name] = self._value(name, "parameter")
         base: dict[str, str] = {}  # view output -> the non-view tensor it aliases
         nodes: list[Node] = []
-        infos: list[_NodeInfo] = []
+        infos: list[NodeInfo] = []
         for k in order:
             n = g.node[k]
             nid = self.ids[k]
@@ -243,7 +243,7 @@ class _Builder:
                     recomputable=_recomputable(n),
                 )
             )
-            infos.append(_NodeInfo(k, n, reads))
+            infos.append(NodeInfo(k, n, reads))
         outputs: list[str] = []
         for o in g.output:
             if o.name not in values:
@@ -282,8 +282,8 @@ def _recomputable(n: NodeProto) -> bool:
 # phases
 
 
-def _infer_phases(
-    g: GraphProto, ids: Sequence[str], nodes: Sequence[Node], types: Mapping[str, _TensorType | str]
+def infer_phases(
+    g: GraphProto, ids: Sequence[str], nodes: Sequence[Node], types: Mapping[str, TensorType | str]
 ) -> dict[str, Phase] | None:
     out_names = [o.name for o in g.output]
     training = any("grad" in o.lower() for o in out_names) or any(
@@ -293,7 +293,7 @@ def _infer_phases(
         return None
 
     def scalar(name: str) -> bool:
-        s = _shape_of(types, name)
+        s = shape_of(types, name)
         return s is not None and math.prod(s) == 1
 
     loss = (
@@ -320,7 +320,7 @@ def _infer_phases(
     return phases
 
 
-def _grad_of(g: GraphProto, ids: Sequence[str], phases: Mapping[str, Phase]) -> dict[str, str]:
+def grad_of_links(g: GraphProto, ids: Sequence[str], phases: Mapping[str, Phase]) -> dict[str, str]:
     """Backward node -> the forward (or loss) node its ``remat.grad_of`` metadata names."""
     out: dict[str, str] = {}
     for nid, n in zip(ids, g.node, strict=True):

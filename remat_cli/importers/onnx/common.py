@@ -20,7 +20,7 @@ SMALL_INT_ELEMENTS = 1024
 PROFILE_KEEP_BYTES = 1 << 16
 PROFILE_KEEP_INT_BYTES = 1 << 26
 
-_SUB_BYTE_BITS = {
+SUB_BYTE_BITS = {
     getattr(TensorProto, name): bits
     for name, bits in (
         ("INT4", 4),
@@ -33,7 +33,7 @@ _SUB_BYTE_BITS = {
     )
     if hasattr(TensorProto, name)
 }
-_INT_TYPES = frozenset(
+INT_TYPES = frozenset(
     {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64}
     | {TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 )
@@ -41,7 +41,7 @@ _INT_TYPES = frozenset(
 Dim = int | str | None
 
 
-def _subgraphs(n: NodeProto) -> Iterable[GraphProto]:
+def subgraphs(n: NodeProto) -> Iterable[GraphProto]:
     for a in n.attribute:
         if a.type == AttributeProto.GRAPH:
             yield a.g

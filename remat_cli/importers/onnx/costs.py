@@ -24,16 +24,16 @@ from onnx import ModelProto, NodeProto, TensorProto, numpy_helper
 from onnx import helper as oh
 
 from remat_cli.graph import GraphError
-from remat_cli.importers.onnx.builder import _NodeInfo
+from remat_cli.importers.onnx.builder import NodeInfo
 from remat_cli.importers.onnx.common import (
-    _INT_TYPES,
     DEFAULT_DOMAINS,
+    INT_TYPES,
     PROFILE_KEEP_BYTES,
     PROFILE_KEEP_INT_BYTES,
     VIEW_OPS,
 )
 from remat_cli.importers.onnx.reading import runtime_ir_version
-from remat_cli.importers.onnx.shapes import _TensorType
+from remat_cli.importers.onnx.shapes import TensorType
 
 # ---------------------------------------------------------------------------------------------
 # FLOPs
@@ -150,11 +150,11 @@ def node_flops(n: NodeProto, shape: Callable[[str], list[int] | None]) -> float:
 # profiling
 
 
-def _profile(
+def profile_times(
     m: ModelProto,
     ids: Sequence[str],
-    types: Mapping[str, _TensorType | str],
-    infos: Sequence[_NodeInfo],
+    types: Mapping[str, TensorType | str],
+    infos: Sequence[NodeInfo],
     runs: int,
     base_dir: str | Path | None,
 ) -> dict[str, float]:
@@ -182,7 +182,7 @@ def _profile(
             arr = _initializer_array(inits[name], base_dir)
             if arr is not None:
                 return arr
-        if not isinstance(t, _TensorType) or t.concrete is None:
+        if not isinstance(t, TensorType) or t.concrete is None:
             raise GraphError(f"cannot profile: shape of tensor {name!r} is unknown")
         dt = np.dtype(oh.tensor_dtype_to_np_dtype(t.elem_type))
         if dt.kind == "f":
@@ -205,7 +205,7 @@ def _profile(
         outputs = []
         for o in outs:
             t = types.get(o)
-            if not isinstance(t, _TensorType) or not t.elem_type:
+            if not isinstance(t, TensorType) or not t.elem_type:
                 raise GraphError(f"cannot profile node {nid!r}: type of its output {o!r} is unknown")
             outputs.append(oh.make_tensor_value_info(o, t.elem_type, None))
         one = oh.make_model(
@@ -245,7 +245,7 @@ def _initializer_array(t: TensorProto, base_dir: str | Path | None) -> np.ndarra
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
     if uses_external_data(t):
-        if base_dir is None or t.data_type not in _INT_TYPES:
+        if base_dir is None or t.data_type not in INT_TYPES:
             return None
         c = TensorProto()
         c.CopyFrom(t)

@@ -24,7 +24,7 @@ import onnx
 from onnx import ModelProto, NodeProto, numpy_helper
 from onnx import helper as oh
 
-from remat_cli.importers.onnx.common import _INT_TYPES, DEFAULT_DOMAINS, SMALL_INT_ELEMENTS
+from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, INT_TYPES, SMALL_INT_ELEMENTS
 
 #: ops whose outputs are a function of their (small) inputs' values, evaluated here
 SHAPE_OPS = frozenset(
@@ -94,7 +94,7 @@ def fold_shape_arithmetic(model: ModelProto, shapes: Mapping[str, list[int]]) ->
     g = model.graph
     known: dict[str, np.ndarray] = {}
     for t in g.initializer:
-        if t.data_type in _INT_TYPES and not t.external_data and math.prod(t.dims) <= SMALL_INT_ELEMENTS:
+        if t.data_type in INT_TYPES and not t.external_data and math.prod(t.dims) <= SMALL_INT_ELEMENTS:
             known[t.name] = numpy_helper.to_array(t)
     opsets = list(model.opset_import)
     folded: set[int] = set()

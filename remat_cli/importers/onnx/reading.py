@@ -23,7 +23,7 @@ from onnx import GraphProto, ModelProto, TensorProto
 from onnx import helper as oh
 
 from remat_cli.graph import GraphError
-from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, MIN_OPSET, SMALL_INT_ELEMENTS, _subgraphs
+from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, MIN_OPSET, SMALL_INT_ELEMENTS, subgraphs
 
 
 def read_model(path: str | Path) -> ModelProto:
@@ -39,7 +39,7 @@ def read_model(path: str | Path) -> ModelProto:
     model = ModelProto()
     try:
         model.ParseFromString(raw)
-        _check_is_model(model, str(path))
+        check_is_model(model, str(path))
         return model
     except Exception:  # protobuf's DecodeError and friends, or no graph: maybe text format
         pass
@@ -48,11 +48,11 @@ def read_model(path: str | Path) -> ModelProto:
         text_format.Parse(raw.decode("utf-8"), model)
     except Exception:
         raise GraphError(f"{path} is not an ONNX model (protobuf parse failed)") from None
-    _check_is_model(model, str(path))
+    check_is_model(model, str(path))
     return model
 
 
-def _check_is_model(model: ModelProto, where: str) -> None:
+def check_is_model(model: ModelProto, where: str) -> None:
     if not model.HasField("graph") or not model.opset_import:
         raise GraphError(f"{where} is not an ONNX model (no graph or no opset_import)")
 
@@ -108,9 +108,9 @@ def upgrade_opset(model: ModelProto) -> tuple[ModelProto, int | None]:
 def runtime_ir_version() -> int:
     """The newest ONNX IR version the installed onnxruntime loads.
 
-    onnx and onnxruntime are released apart, and onnxruntime-gpu lags onnxruntime: measured on
-    an H200 machine with onnx 1.23.1 (writes IR 14) and onnxruntime-gpu 1.31.1, which loads IR 13
-    at most, so every model onnx's helpers built failed to load. onnxruntime has no call that says
+    onnx and onnxruntime are released apart, and onnxruntime-gpu lags onnxruntime: an onnx that
+    writes a newer IR version than the installed onnxruntime loads makes every model its helpers
+    build fail to load. onnxruntime has no call that says
     its limit; a one-node model at onnx's own IR version is loaded once, and the limit is read
     from the refusal ("max supported IR version: N").
     """
@@ -177,7 +177,7 @@ def _converter_culprit(model: ModelProto, old: int, e: Exception) -> str:
     return detail
 
 
-def _inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
+def inline_small_int_initializers(g: GraphProto, base_dir: Path) -> None:
     """Read small int initializers from external data so shape inference sees Reshape targets.
 
     Weights are never read; a missing file simply leaves the tensor external."""
@@ -205,7 +205,7 @@ def _all_tensors(g: GraphProto) -> Iterable[TensorProto]:
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             yield from _all_tensors(sub)
 
 

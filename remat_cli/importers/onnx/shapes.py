@@ -34,14 +34,14 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 from onnx import helper as oh
 
 from remat_cli.graph import GraphError
-from remat_cli.importers.onnx.common import _SUB_BYTE_BITS, DEFAULT_DOMAINS, Dim
+from remat_cli.importers.onnx.common import DEFAULT_DOMAINS, SUB_BYTE_BITS, Dim
 from remat_cli.importers.onnx.fold import fold_shape_arithmetic, folded_value_infos
 
 #: rounds of shape inference and folding of shape arithmetic (each may resolve a Shape() more)
 FOLD_ROUNDS = 4
 
 
-def _fix_input_dims(
+def fix_input_dims(
     g: GraphProto, input_shapes: Mapping[str, Sequence[int]], batch: int | None
 ) -> dict[str, int]:
     """Set the graph inputs' dims from `input_shapes` / `batch`; return dim_param -> value."""
@@ -101,7 +101,7 @@ def _fix_input_dims(
             if tt.HasField("shape"):
                 for dim in tt.shape.dim:
                     if dim.HasField("dim_param"):
-                        value = symbols.get(dim.dim_param, _dim_expression(dim.dim_param, symbols))
+                        value = symbols.get(dim.dim_param, dim_expression(dim.dim_param, symbols))
                         if value is not None:
                             dim.dim_value = value
     return symbols
@@ -117,7 +117,7 @@ _DIM_OPS = {
 _DIM_CALLS = {"Max": max, "Min": min, "max": max, "min": min}
 
 
-def _dim_expression(text: str, symbols: Mapping[str, int]) -> int | None:
+def dim_expression(text: str, symbols: Mapping[str, int]) -> int | None:
     """The value of a dim_param that is integer arithmetic (+ - * // %, Max, Min) of fixed
     symbols, e.g. '4*batch'; None for anything else (an unknown name, '/', a huge text)."""
 
@@ -143,7 +143,7 @@ def _dim_expression(text: str, symbols: Mapping[str, int]) -> int | None:
     return v if v >= 0 else None
 
 
-def _infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
+def infer_shapes(model: ModelProto) -> tuple[ModelProto, str | None]:
     """onnx shape inference (with data propagation when it works), then onnxruntime's symbolic
     shape inference for tensors still without a full shape. Failures are partial, not fatal:
     the second item says why the symbolic inference could not help (None when it ran), so a
@@ -259,7 +259,7 @@ def _missing_shapes(g: GraphProto) -> bool:
 
 
 @dataclass
-class _TensorType:
+class TensorType:
     elem_type: int
     shape: list[Dim] | None  # None: rank unknown; None entries: unknown dims
 
@@ -270,18 +270,18 @@ class _TensorType:
         return [int(d) for d in self.shape]  # type: ignore[arg-type]
 
 
-def _collect_types(g: GraphProto, symbols: Mapping[str, int]) -> dict[str, _TensorType | str]:
-    """name -> _TensorType, or a string naming the non-tensor kind (sequence, map, ...)."""
-    out: dict[str, _TensorType | str] = {}
+def collect_types(g: GraphProto, symbols: Mapping[str, int]) -> dict[str, TensorType | str]:
+    """name -> TensorType, or a string naming the non-tensor kind (sequence, map, ...)."""
+    out: dict[str, TensorType | str] = {}
 
-    def score(t: _TensorType | str) -> int:
+    def score(t: TensorType | str) -> int:
         if isinstance(t, str):
             return 0
         if t.shape is None:
             return 1
         return 3 if t.concrete is not None else 2
 
-    def put(name: str, t: _TensorType | str) -> None:
+    def put(name: str, t: TensorType | str) -> None:
         old = out.get(name)
         if old is None or score(t) > score(old):
             out[name] = t
@@ -303,22 +303,22 @@ def _collect_types(g: GraphProto, symbols: Mapping[str, int]) -> dict[str, _Tens
                     shape.append(symbols.get(d.dim_param, d.dim_param))
                 else:
                     shape.append(None)
-        put(vi.name, _TensorType(tt.elem_type, shape))
+        put(vi.name, TensorType(tt.elem_type, shape))
     for t in g.initializer:
-        out[t.name] = _TensorType(t.data_type, [int(d) for d in t.dims])
+        out[t.name] = TensorType(t.data_type, [int(d) for d in t.dims])
     for st in g.sparse_initializer:
-        out[st.values.name] = _TensorType(st.values.data_type, [int(d) for d in st.dims])
+        out[st.values.name] = TensorType(st.values.data_type, [int(d) for d in st.dims])
     for n in g.node:
         if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and n.output:
             for a in n.attribute:
                 if a.name == "value" and a.type == AttributeProto.TENSOR:
-                    put(n.output[0], _TensorType(a.t.data_type, [int(d) for d in a.t.dims]))
+                    put(n.output[0], TensorType(a.t.data_type, [int(d) for d in a.t.dims]))
     return out
 
 
-def _shape_of(types: Mapping[str, _TensorType | str], name: str) -> list[int] | None:
+def shape_of(types: Mapping[str, TensorType | str], name: str) -> list[int] | None:
     t = types.get(name)
-    return t.concrete if isinstance(t, _TensorType) else None
+    return t.concrete if isinstance(t, TensorType) else None
 
 
 def dtype_name(elem_type: int) -> str | None:
@@ -331,8 +331,8 @@ def dtype_name(elem_type: int) -> str | None:
 def tensor_bytes(elem_type: int, shape: Sequence[int]) -> int:
     """Bytes of a dense tensor; sub-byte types packed. GraphError for types without a size."""
     n = math.prod(shape)
-    if elem_type in _SUB_BYTE_BITS:
-        return (n * _SUB_BYTE_BITS[elem_type] + 7) // 8
+    if elem_type in SUB_BYTE_BITS:
+        return (n * SUB_BYTE_BITS[elem_type] + 7) // 8
     if elem_type in (TensorProto.STRING, TensorProto.UNDEFINED):
         raise GraphError("has no fixed element size")
     return n * np.dtype(oh.tensor_dtype_to_np_dtype(elem_type)).itemsize

@@ -138,7 +138,7 @@ class Greedy(Solver):
         the clock starts: one solve of an 8-node chain at its peak lower bound (0.3 s; a first
         call pays it otherwise, which moccasin's greedy start inside an H-ILP's 0.8 s share of an
         8 s limit could not afford, so its schedule depended on which run came first)."""
-        from remat_cli.generators import linear
+        from remat_cli.importers.generators import linear
 
         g = linear(8, seed=0)
         self.solve(g, peak_lower_bound(g), SolveOptions(time_limit=5.0, workers=1, params=self.defaults()))

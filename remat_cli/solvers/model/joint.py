@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from remat_cli.memory_plan import align
-from remat_cli.solvers.model import cpsat
+from remat_cli.milp import cpsat
+from remat_cli.planning.memory_plan import align
 from remat_cli.solvers.model.lifetimes import Problem
 from remat_cli.solvers.model.ordering import decode, hint_order, order_vars
 

@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from remat_cli.graph import Graph
-from remat_cli.memory_plan import Buffer, best_fit_arrays
+from remat_cli.planning.memory_plan import Buffer, best_fit_arrays
 
 
 def _align(x: int, alignment: int) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from remat_cli.solvers.model import cpsat
+from remat_cli.milp import cpsat
 from remat_cli.solvers.model.bound import CutNetwork, live_profile
 from remat_cli.solvers.model.lifetimes import Problem
 

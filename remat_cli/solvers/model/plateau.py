@@ -129,8 +129,8 @@ def joint_walk(
 
     Ends at `bound`, after `patience` moves in a row without a smaller score (a count, so a
     seed repeats; 20 x n by default) or at `deadline` (time.monotonic())."""
-    from remat_cli.best_fit import first_fit_kernel
-    from remat_cli.solvers.model.addresses import refill_order, ruin_band
+    from remat_cli.planning.addresses import refill_order, ruin_band
+    from remat_cli.planning.best_fit import first_fit_kernel
 
     n = len(order)
     life = p.lives

@@ -68,10 +68,18 @@ import time
 from typing import ClassVar
 
 from remat_cli.graph import Graph
-from remat_cli.memory_plan import Buffer, align, arena_of, arena_peak, buffers_of, greedy_offsets, make_plan
+from remat_cli.planning.addresses import ENGINES, place, repack
+from remat_cli.planning.memory_plan import (
+    Buffer,
+    align,
+    arena_of,
+    arena_peak,
+    buffers_of,
+    greedy_offsets,
+    make_plan,
+)
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.model.addresses import ENGINES, place, repack
 from remat_cli.solvers.model.bound import CutNetwork, cut_bound
 from remat_cli.solvers.model.joint import solve_joint
 from remat_cli.solvers.model.lifetimes import Problem
@@ -138,7 +146,7 @@ class Model(Solver):
         return "never recomputes: the budget must hold the whole graph's best order; writes a memory_plan"
 
     def prepare(self) -> None:
-        from remat_cli.best_fit import warm_up
+        from remat_cli.planning.best_fit import warm_up
 
         warm_up()
 

@@ -6,7 +6,7 @@ of iterations. The modules, by role: :mod:`.structures` (the state's layout, ran
 segment trees, sorted small arrays), :mod:`.mutations` (the mutations of §2.2 on the lifetime
 intervals, and their validity conditions) and :mod:`.anneal` (the SA loop, its objective, polish
 and rebuilding a state). The kernels call each other across these files, so they are cached with
-:func:`remat_cli.numba_cache.package_njit`, whose stamp covers every file of this package: with
+:func:`remat_cli.util.numba_cache.package_njit`, whose stamp covers every file of this package: with
 numba's own ``cache=True`` an edit of one file would leave its callers' cached code stale.
 
 State (§2.2). The sequence ``seq[0..T)`` holds a node index or ``NOP`` (-1) at every time step.

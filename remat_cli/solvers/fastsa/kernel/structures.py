@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat_cli.numba_cache import package_njit
+from remat_cli.util.numba_cache import package_njit
 
 #: ``numba.njit(cache=True)`` for every kernel of this package: its cache entries are stamped with
-#: all the package's files, since the kernels call each other across them (remat_cli.numba_cache)
+#: all the package's files, since the kernels call each other across them (remat_cli.util.numba_cache)
 jit = package_njit(error_model="numpy")
 
 NOP = -1

@@ -1,7 +1,6 @@
 """The best-fit placement loop of `memory_plan`, compiled (numba): it runs hundreds of times per
 MODeL solve (perturbed orders, the plateau walk) and tens of thousands in the joint walk, where
-the numpy version took 4 ms for the 203 buffers of an exported VGG-11 step and 30 ms for 891
-(ResNet-18). Imported lazily by `memory_plan`, so that commands which never place buffers do not
+a numpy loop over hundreds of buffers costs milliseconds a call. Imported lazily by `memory_plan`, so that commands which never place buffers do not
 load numba.
 """
 
@@ -27,8 +26,8 @@ def first_fit_kernel(
     start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray
 ) -> np.ndarray:
     """`best_fit_kernel`, but each buffer goes into the lowest gap it fits, not the tightest: what
-    `plateau.joint_walk` re-places with (there it took MobileNet-v2 b1 from 1.44% above its
-    order's peak to 0.56% in 60 s, where best fit stayed at 1.39-1.41% with three seeds)."""
+    `plateau.joint_walk` re-places with: lifted buffers packed low leave the top free, where best
+    fit's tight gaps strand them higher up."""
     return _fit(start, end, size, order, offset, True)
 
 
@@ -37,8 +36,8 @@ def _fit(
     start: np.ndarray, end: np.ndarray, size: np.ndarray, order: np.ndarray, offset: np.ndarray, lowest: bool
 ) -> np.ndarray:
     # The placed buffers are kept sorted by offset, so each buffer's gaps come from one scan in
-    # address order, not from collecting its overlaps and sorting them: on the joint walk's moves
-    # on MobileNet-v2 b1 (2,000 buffers) 0.34 ms a call instead of 2.7 ms
+    # address order, not from collecting its overlaps and sorting them (several times faster on
+    # the joint walk's moves over thousands of buffers)
     offset = offset.copy()
     n = len(start)
     placed = np.empty(n + len(order), dtype=np.int64)  # room for a fixed buffer placed again
@@ -78,9 +77,8 @@ def _fit(
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel on a two-buffer case: the first call after
-    an install compiles for seconds (2.5 s on one core), which must not come out of a solve's
-    time limit (a MODeL solve of 3 s then stopped its stages elsewhere than the next run, and
-    seeded runs differed)."""
+    an install compiles for seconds, which must not come out of a solve's time limit (a short
+    MODeL solve would then stop its stages elsewhere than the next run, and seeded runs differ)."""
     one = np.ones(2, dtype=np.int64)
     for kernel in (best_fit_kernel, first_fit_kernel):
         kernel(np.zeros(2, dtype=np.int64), one * 2, one, np.arange(2, dtype=np.int64), -one)

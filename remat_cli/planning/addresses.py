@@ -11,22 +11,18 @@ bytes, and the arena is max A_e + S_e (eq. 8). Two engines:
   variable; with the order fixed "live together" is known, so eq. (6)'s a + b >= ... is a = 1 - b),
   big-M rows (7a)/(7b) with M = the greedy arena.
 
-Measured on the shipped training graphs, program order, alignment 1 (bench/model.py, loaded
-2-core machine, 20 s each): torch_mlp_train's greedy arena is 1,024 B above the peak; CP-SAT
-proves the peak optimal in 0.45 s, the MILP (HiGHS) still has the greedy arena after 20 s. On
-torch_resnet_train neither closes a 128 B gap in 20 s; on the transformer and the U-Net the
-greedy start is already the peak. Hence CP-SAT by default. The lower bound is the order's
-fragmentation-free peak (`arena_peak`).
+CP-SAT is the default: its boxes need neither big-M rows nor pair binaries, so it proves small
+arenas optimal where the MILP's relaxation stays at the greedy start (figures in bench/README.md,
+`bench/model.py`). The lower bound is the order's fragmentation-free peak (`arena_peak`).
 
 Before either engine (not in the paper): best fit in perturbed buffer orders, then, with CP-SAT,
-the big buffers (at least 1% of the peak) placed exactly on their own and the rest best-fitted
-around them. On the exported VGG-11 step at batch 32 the fixed greedy orders leave 15% above the
-peak, 300 perturbed orders 7%, the big buffers first 4.3% (their own model, 96 of 203 buffers,
-is proven in 0.1 s), and the full model from there 2.1% in 20 s; from the greedy start the full
-model had not passed 8% in 20 s. The perturbed draws stop after PATIENCE in a row without a
-smaller arena: on the shipped ResNet step none of 1,000 draws (three seeds) improved the greedy
-arena, nor 300 on the exported transformer (b32), and 300 cost 1-1.7 s per placement there. ``exact=False`` stops before the full
-model (the solver's cheap look at several candidate orders).
+the big buffers (at least `BIG` of the peak) placed exactly on their own and the rest best-fitted
+around them. The fixed greedy orders can leave a wide gap above the peak on convolutional steps;
+random orders close part of it, and a small exact model of the big buffers, proven quickly, gives
+the full model a far better start than the greedy one. The perturbed draws stop after `PATIENCE`
+in a row without a smaller arena, since on graphs where the greedy arena is already good no draw
+improves it and each costs a placement. ``exact=False`` stops before the full model (the
+solver's cheap look at several candidate orders).
 
 Then squeaky wheel optimisation (`squeaky_wheel`; Joslin & Clements, "Squeaky Wheel"
 Optimization, JAIR 10, 1999; not in the paper): first fit in a priority order, and the buffers
@@ -34,19 +30,16 @@ that end near the arena's top are raised in priority for the next round. Where a
 step's arena is set by small long-lived buffers (batch-norm statistics saved for the backward
 pass, weight gradients kept to the end), no size order gives them a lane through their whole
 lifetime, so they end on top; raised, they are placed before the large buffers that would
-block the lane. On the exported MobileNet-v2 step (batch 1, its optimal order: 1,902 buffers
-with 878 steps within 10% of the peak) the fixed orders of best fit leave 3.5% above the peak
-and ruin and recreate from there 3.4%; the squeaky wheel reaches 0.93% in 20 s (one core).
+block the lane.
 
 Then ruin and recreate (`repack`, not in the paper; the principle of Schrimpf et al., J. Comput.
 Phys. 2000, on the address axis), from the caller's offsets or the heuristics': take a buffer at
 the arena's top, lift out every buffer live during its lifetime (give or take a few steps) whose
 top is above a random level, and best-fit them back in a perturbed size order around the buffers
 that stay. A move is kept when the arena, then the bytes x steps in its top 1% band, do not
-grow, so the search drifts until a column empties under the top. On the exported ResNet-18 step
-(batch 32, the cut descent's order) the heuristics above stop 1.087% above the order's peak and
-CP-SAT's full model (891 boxes) improves nothing in 20 s with one worker, where ruin and recreate
-reaches 0.78% in 10 s. It stops on a count of fruitless moves (REPACK_WORK), so a seed repeats.
+grow, so the search drifts until a column empties under the top: on large arenas it keeps
+improving where the full CP-SAT model, with hundreds of boxes, no longer does. It stops on a
+count of fruitless moves (`REPACK_WORK`), so a seed repeats.
 """
 
 from __future__ import annotations
@@ -59,7 +52,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from remat_cli import milp
-from remat_cli.memory_plan import (
+from remat_cli.milp import cpsat
+from remat_cli.planning.memory_plan import (
     Buffer,
     align,
     arena_of,
@@ -70,31 +64,28 @@ from remat_cli.memory_plan import (
     perturbed_breadth,
     perturbed_offsets,
 )
-from remat_cli.solvers.model import cpsat
 
 ENGINES = ("cp-sat", "milp")
 #: buffers of at least this fraction of the peak are placed exactly before the others
 BIG = 0.01
 #: perturbed best-fit orders tried before an engine runs
 RESTARTS = 300
-#: ... ending after this many in a row without a smaller arena (measured on the exported VGG-11
-#: steps, where they help: improvements came 3-240 draws apart)
+#: ... ending after this many in a row without a smaller arena (improvements come a few to a few
+#: hundred draws apart where the draws help at all)
 PATIENCE = 100
-#: perturbed breadth orders tried after them (`memory_plan.perturbed_breadth`; on the exported
-#: ResNet-50 step, batch 32, the best of 20 was 0.88% above the peak, breadth alone 1.00%)
+#: perturbed breadth orders tried after them (`memory_plan.perturbed_breadth`)
 BREADTH_DRAWS = 30
 #: ruin-and-recreate moves in a row without a smaller arena before `repack` ends, this many
-#: divided by the number of buffers (a move costs about that many best-fit steps): on the
-#: exported ResNet-18 step (batch 32, 891 buffers, ~2 ms a move) 2,200 moves, where the gains
-#: came up to 2,700 apart; on ResNet-50 b32 (2,318 buffers) 3,000 moves took 60 s for none
+#: divided by the number of buffers (a move costs about that many best-fit steps), so that the
+#: work, not the move count, is bounded on large arenas
 REPACK_WORK = 2_000_000
 
 
 #: squeaky wheel optimisation (`squeaky_wheel`): the band under the arena's top whose buffers
 #: are raised in priority, as a fraction of the peak, and the largest raise of a round
 SWO_BAND, SWO_RAISE = 0.005, 0.5
-#: ... ending after this many rounds per buffer in a row without a smaller arena (on
-#: MobileNet-v2 b1, 1,902 buffers, 1.1 ms a round, the gains came up to 30,000 rounds apart)
+#: ... ending after this many rounds per buffer in a row without a smaller arena (on a
+#: training step the gains can come many rounds per buffer apart)
 SWO_ROUNDS = 10
 
 
@@ -150,8 +141,8 @@ def place(
     if settled():
         return offsets, arena, bound, arena <= bound
     left = deadline - time.monotonic()
-    task = _Task(buffers, alignment, offsets, arena, bound, left, workers, seed, gap, stall)
-    got = _milp(task) if engine == "milp" else _cpsat(task)
+    task = PlacementTask(buffers, alignment, offsets, arena, bound, left, workers, seed, gap, stall)
+    got = place_milp(task) if engine == "milp" else place_cpsat(task)
     if got is None:
         return offsets, arena, bound, False
     new, new_bound, proven = got
@@ -172,7 +163,7 @@ def _big_first(
         return None
     sub = [buffers[i] for i in big]
     start = greedy_offsets(sub, alignment)
-    task = _Task(
+    task = PlacementTask(
         sub,
         alignment,
         start,
@@ -182,7 +173,7 @@ def _big_first(
         workers,
         seed,
     )
-    got = _cpsat(task) if task.arena > task.bound else (start, task.bound, True)
+    got = place_cpsat(task) if task.arena > task.bound else (start, task.bound, True)
     if got is None:
         return None
     fixed = {i: o for i, o in zip(big, got[0], strict=True)}
@@ -204,7 +195,7 @@ def repack(
     `gap` of the buffers' peak, after `patience` moves in a row without a smaller score (a count:
     the same offsets for a seed; REPACK_WORK / number of buffers by default, at least 100), or at
     `deadline` (time.monotonic())."""
-    from remat_cli.best_fit import best_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel
 
     n = len(buffers)
     start, end, size = buffer_arrays(buffers, alignment)
@@ -256,7 +247,7 @@ def squeaky_wheel(
     Ends within `gap` of the buffers' peak, after `patience` rounds in a row without a smaller
     arena (a count: the same offsets for a seed; SWO_ROUNDS x number of buffers by default, at
     least 100), or at `deadline` (time.monotonic())."""
-    from remat_cli.best_fit import first_fit_kernel
+    from remat_cli.planning.best_fit import first_fit_kernel
 
     start, end, size = buffer_arrays(buffers, alignment)
     best = np.asarray(offsets, dtype=np.int64)
@@ -291,8 +282,8 @@ def ruin_band(
     arena's `top` is (widened by up to 20 steps) and reaching above a random level under it."""
     i = int(rng.choice(np.nonzero(off + size == top)[0]))
     widen = int(rng.integers(0, 20))
-    # half the moves lift a thin layer under the top (on ResNet-50 b1, whose arena is set by
-    # small buffers over a stack of weight gradients, only these gain), half a thick one
+    # half the moves lift a thin layer under the top (where the arena is set by small buffers
+    # over a stack of weight gradients, only these gain), half a thick one
     depth = rng.uniform(0.002, 0.05) if rng.random() < 0.5 else rng.uniform(0.05, 0.6)
     level = top * (1.0 - depth)
     return np.nonzero((start < end[i] + widen) & (start[i] - widen < end) & (off + size > level))[0]
@@ -306,7 +297,7 @@ def refill_order(rng: np.random.Generator, size: np.ndarray, lifted: np.ndarray)
 
 
 @dataclass(frozen=True)
-class _Task:
+class PlacementTask:
     """What either engine gets: the buffers, the greedy start and its arena, the lower bound, limits."""
 
     buffers: Sequence[Buffer]
@@ -325,7 +316,7 @@ class _Task:
 _Found = tuple[list[int], int, bool] | None
 
 
-def _cpsat(t: _Task) -> _Found:
+def place_cpsat(t: PlacementTask) -> _Found:
     buffers, alignment = t.buffers, t.alignment
     # Offsets in units of the alignment: smaller domains, and alignment holds by construction.
     units = [align(b.size, alignment) // alignment for b in buffers]
@@ -367,7 +358,7 @@ def overlapping_pairs(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
     return pairs
 
 
-def _milp(t: _Task) -> _Found:
+def place_milp(t: PlacementTask) -> _Found:
     buffers, alignment, start = t.buffers, t.alignment, t.start
     units = np.array([align(b.size, alignment) // alignment for b in buffers], dtype=float)
     top = t.arena // alignment

@@ -1,4 +1,4 @@
-"""`remat profile`: the click command, ready for ``main.add_command(profile_command)`` in cli.py.
+"""`remat profile`: measure each node of a model on each device and write a device profile.
 
 It only parses, calls :func:`remat_cli.runtime.device_profile.profile_devices` and prints.
 Exit codes: 0 written (devices whose provider is missing are left out, with a note), 1
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from remat_cli.cli_common import graph_options
+from remat_cli.cli.common import graph_options
 
 
 @click.command("profile")
@@ -45,7 +45,7 @@ def profile_command(
     per byte between the devices; write a remat-graph with devices, device_costs and links."""
     import onnx
 
-    from remat_cli.cli_common import BadInput, emit, err, fail, friendly_errors, read_graph
+    from remat_cli.cli.common import BadInput, emit, err, fail, friendly_errors, read_graph
     from remat_cli.importers.onnx import fit_ir_version
     from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable
     from remat_cli.runtime.device_profile import parse_devices, profile_devices

@@ -10,9 +10,9 @@ import math
 import time
 
 from remat_cli import registry
-from remat_cli.cost_bound import CostBound, cost_lower_bound, meets
+from remat_cli.execution.cost_bound import CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
-from remat_cli.plan_check import check_plan
+from remat_cli.planning.check import check_plan
 from remat_cli.schedule import (
     GraphRef,
     Schedule,
@@ -121,7 +121,7 @@ def run_solver(
 def with_cost_bound(
     graph: Graph, schedule: Schedule, seconds: float, cut: CostBound | None = None
 ) -> Schedule:
-    """`schedule` with the cut bound (remat_cli/cost_bound.py) as its lower bound, when its solver
+    """`schedule` with the cut bound (remat_cli/execution/cost_bound.py) as its lower bound, when its solver
     minimises compute: the bound holds for every order, so for every solver's space, and a
     schedule whose cost meets it is optimal whatever found it (status "optimal"). A solver's own
     bound is kept where higher. Multi-device graphs, planned schedules and schedules over their

@@ -14,7 +14,7 @@ final result through a pipe. The parent keeps the latest incumbent and
 
 The deadline counts from the start of the command (what a user timing it sees): the solver is
 told the time left, and killed 30% of the tolerance max(10% T, 2 s) after T, the rest being
-for the simulator, the atomic write and the interpreter's exit on a loaded machine. Without ``os.fork`` the solve runs in-process.
+for the simulator, the atomic write and the interpreter's exit under load. Without ``os.fork`` the solve runs in-process.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from remat_cli import registry
-from remat_cli.files import to_devnull
+from remat_cli.execution.runner import build_schedule, run_solver
+from remat_cli.execution.trace import TraceRecorder
 from remat_cli.graph import Graph
-from remat_cli.runner import build_schedule, run_solver
 from remat_cli.schedule import Schedule, ScheduleError, Step, simulate
-from remat_cli.solve_trace import TraceRecorder
 from remat_cli.solver import SolveOptions, SolverResult
+from remat_cli.util.files import to_devnull
 
 
 def _process_started() -> float:
@@ -86,8 +86,8 @@ def exit_on_sigterm() -> None:
 
 
 def exit_fast(code: int) -> None:
-    """Exit now, skipping the interpreter's teardown of numba, OR-Tools and the graph (measured:
-    1-2 s on a loaded machine, past the time limit) once everything is written and flushed.
+    """Exit now, skipping the interpreter's teardown of numba, OR-Tools and the graph (seconds
+    under load, past the time limit) once everything is written and flushed.
     Under a test runner that swapped the standard streams, a plain sys.exit."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -97,7 +97,7 @@ def exit_fast(code: int) -> None:
 
 
 def tolerance(time_limit: float) -> float:
-    """How far past the limit a command may end: max(10%, 2 s) (issue 20)."""
+    """How far past the limit a command may end: max(10%, 2 s)."""
     return max(0.1 * time_limit, 2.0)
 
 
@@ -112,11 +112,11 @@ class Outcome:
 Packed = list[tuple[str, str | None, str | None, str | None, str | None, str | None]]
 
 
-def _pack(steps: list[Step]) -> Packed:
+def pack_steps(steps: list[Step]) -> Packed:
     return [(s.op, s.node, s.value, s.device, s.source, s.target) for s in steps]
 
 
-def _unpack(packed: Packed) -> list[Step]:
+def unpack_steps(packed: Packed) -> list[Step]:
     # The steps come from our own solver and go through the simulator next: no re-validation.
     return [
         Step.model_construct(op=o, node=n, value=v, device=d, source=a, target=b)
@@ -148,7 +148,7 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
     method = [""]  # the producer a portfolio names in its progress (auto: before each incumbent)
 
     def incumbent(steps: list[Step]) -> None:
-        conn.send(("incumbent", (_pack(steps), method[0])))
+        conn.send(("incumbent", (pack_steps(steps), method[0])))
 
     def progress(facts: dict[str, Any]) -> None:
         method[0] = str(facts.get("method", method[0]))
@@ -163,7 +163,7 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
         result = registry.get(name).solve(graph, budget, options)
         steps = result.steps
         result.steps = None
-        conn.send(("result", (result, _pack(steps) if steps is not None else None)))
+        conn.send(("result", (result, pack_steps(steps) if steps is not None else None)))
     except BaseException as e:  # noqa: BLE001 - the parent re-raises it
         try:
             conn.send(("error", e))
@@ -245,7 +245,7 @@ def run_guarded(
                 break  # the child ended without a result: died, or was killed
             if kind == "incumbent":
                 payload, by = payload
-                steps = _unpack(payload)
+                steps = unpack_steps(payload)
                 # keep the best one (within budget, then cheapest): warm starts may come late
                 ranked = _rank(graph, budget, steps)
                 if ranked is not None and (best_rank is None or ranked[0] < best_rank):
@@ -283,7 +283,7 @@ def run_guarded(
         raise error
     if final is not None:
         result, packed = final
-        result.steps = _unpack(packed) if packed is not None else None
+        result.steps = unpack_steps(packed) if packed is not None else None
     else:
         if why_stopped is None:
             why_stopped = f"the solver process died (exit {child.exitcode})"
@@ -291,7 +291,7 @@ def run_guarded(
                 raise RuntimeError(f"solver {name!r}: {why_stopped} before finding a schedule")
         if incumbent is not None:
             result = SolverResult(
-                steps=_unpack(incumbent),
+                steps=unpack_steps(incumbent),
                 status="feasible",
                 message=f"{why_stopped}: best schedule so far" + (f", {made_by}'s" if made_by else ""),
             )

@@ -1,4 +1,5 @@
-"""MODeL §4.5: how every CP-SAT model of this package (§4.2 order, §4.3 addresses, §4.4 joint) is run.
+"""How a CP-SAT model is run: MODeL's (Steiner et al., ICML 2023) §4.2 order, §4.3 addresses
+(`remat_cli.planning.addresses`) and §4.4 joint programs, solved as §4.5 describes.
 
 One place for the solver's limits and for reading what it found, so the three programs stop and
 report alike: a time limit of at least 50 ms, at least one worker, a fixed seed, the relative gap
@@ -8,10 +9,9 @@ A stall limit (not in the paper; the paper's Gurobi runs stop on the gap or the 
 ends a search that no longer improves: the model is solved in rounds of `stall` units of CP-SAT's
 deterministic time, each warm-started from the best solution so far, and the rounds end after one
 without a smaller objective. Deterministic time, not the wall clock, so that a seed with one
-worker gives the same result twice. On the exported VGG-11 step (batch 1) the full address model
-spent 14 s to end 0.05% above its bound (its last solution at 8.5 s) and program (9) another
-14 s without a better one; on ResNet-18 (batch 32) the order model spent 22 s without passing its
-warm start, time the placement's repair search then lacked.
+worker gives the same result twice. Without it, a full address or order model on a large step
+spends most of its time limit after its last improvement, time that the placement's repair
+search then lacks.
 """
 
 from __future__ import annotations

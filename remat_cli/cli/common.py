@@ -1,7 +1,7 @@
 """What every `remat` command shares: exit codes, one-line errors, atomic output, graph and
 schedule reading, budgets.
 
-Command modules (cli.py and the ones it registers) import from here; nothing here imports a
+Every command module of this package imports from here; nothing here imports a
 command, so the imports only point downward.
 """
 
@@ -26,13 +26,15 @@ from remat_cli import registry
 from remat_cli.api import InputError, budget_bytes, user_message
 from remat_cli.budget import BudgetError
 from remat_cli.devices import resolve_device_budgets
-from remat_cli.files import in_place, to_devnull, write_atomic
+from remat_cli.execution.cost_bound import MAX_NODES, CostBound, cost_lower_bound
+from remat_cli.execution.exit_codes import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_INTERNAL, EXIT_READER_GONE
+from remat_cli.execution.runner import SolverBug
 from remat_cli.graph import Graph, GraphError
 from remat_cli.importers import load_graph
 from remat_cli.importers.notes import ImportNote
-from remat_cli.runner import SolverBug
 from remat_cli.schedule import Schedule, ScheduleError, baseline
 from remat_cli.solver import OptionError, Param, Solver
+from remat_cli.util.files import in_place, to_devnull, write_atomic
 
 
 class ReaderGone:
@@ -76,10 +78,6 @@ def guard_stderr() -> None:
 # Logs and pipelines get wide tables; a terminal keeps its own width.
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 F = TypeVar("F", bound=Callable[..., Any])
-
-EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-#: stdout's reader has gone (`| head`): 128 + SIGPIPE, as a process the signal killed
-EXIT_READER_GONE = 141
 
 
 class BadInput(click.ClickException):
@@ -327,10 +325,10 @@ SECONDS = FiniteFloatRange(min=0, min_open=True)
 #: --workers, generator sizes
 POSITIVE_INT = click.IntRange(min=1)
 #: `remat generate` refuses graphs larger than this: the pure-Python generators and the pydantic
-#: graph take ~25 s and ~0.8 GB per 200,000 nodes (linear, loaded machine), so a 10^8-node request
-#: would run for hours and exhaust memory; no solver handles such a graph anyway
+#: graph take tens of seconds and most of a gigabyte per few hundred thousand nodes, so a
+#: 10^8-node request would run for hours and exhaust memory; no solver handles such a graph anyway
 MAX_GENERATED_NODES = 500_000
-#: random-layered draws O(n^1.5) edges one by one (~20 s for 20,000 nodes, ~75 s for 50,000)
+#: random-layered draws O(n^1.5) edges one by one (above this, minutes)
 MAX_RANDOM_LAYERED_NODES = 50_000
 
 
@@ -383,3 +381,20 @@ def parse_solver_args(solver: Solver, args: list[str]) -> dict[str, Any]:
 def device_budgets(graph: Graph, text: str) -> dict[str, int]:
     """--budget for a multi-device graph: {device: bytes}."""
     return resolve_device_budgets(graph, text, baseline(graph).peak_memory)
+
+
+#: --bound-time-limit of solve, info and validate
+BOUND_TIME_LIMIT = click.option(
+    "--bound-time-limit",
+    type=SECONDS,
+    default=30.0,
+    show_default=True,
+    help="Seconds for the compute bound (0, the trivial bound, where they do not suffice to build "
+    f"its ancestor matrix, or above {MAX_NODES:,} nodes).",
+)
+
+
+def compute_bound(g: Graph, budget: int, seconds: float) -> CostBound:
+    """The cut bound (remat_cli/execution/cost_bound.py), HiGHS's own prints kept off stdout."""
+    with native_stdout_to_stderr():
+        return cost_lower_bound(g, budget, time_limit=seconds)

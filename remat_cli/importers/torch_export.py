@@ -47,9 +47,9 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from remat_cli.files import write_atomic
 from remat_cli.importers.notes import Float32Rounding, NotCompared
 from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random, node_reads
+from remat_cli.util.files import write_atomic
 
 aten = torch.ops.aten
 Batch = tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]
@@ -446,7 +446,7 @@ def _tag_backward(root: torch.autograd.graph.Node | None) -> None:
     """While autograd runs each node of the graph under `root`, the FX nodes traced get that
     node's sequence number as ``seq_nr``, the number the forward op that created it has (the
     hooks aot_autograd sets for the same purpose): backward ops pair with the forward op they
-    differentiate (HiREmate's F_j/B_j, issue 18)."""
+    differentiate (HiREmate's F_j/B_j)."""
     seen: set[torch.autograd.graph.Node] = set()
     todo = [root] if root is not None else []
     while todo:

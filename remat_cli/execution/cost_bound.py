@@ -99,11 +99,11 @@ MAX_NODES = 40_000
 CHAIN_SIZES = (4, 6, 8, 12, 16)
 
 
-class _OutOfTime(Exception):
+class OutOfTime(Exception):
     """The time limit ran out while the ancestor matrix or the crossing bytes were being built."""
 
 
-class _Instants:
+class Instants:
     """The needed nodes' ancestor matrix and the ILP at any one of them."""
 
     def __init__(self, graph: Graph, deadline: float = float("inf")):
@@ -123,10 +123,10 @@ class _Instants:
                     self.anc[i] |= self.anc[j]
 
     def clock(self, i: int) -> None:
-        """_OutOfTime past the deadline, checked every 256th step of the O(n^2) passes (a
-        20,001-node chain took 20 s for a 10 s --bound-time-limit, before any ILP)."""
+        """OutOfTime past the deadline, checked every 256th step of the O(n^2) passes (on a long
+        chain they alone would overrun --bound-time-limit, before any ILP)."""
         if i % 256 == 0 and time.monotonic() > self.deadline:
-            raise _OutOfTime
+            raise OutOfTime
 
     def live_at(self, nid: str) -> int:
         """M_v: the bytes live at v's compute instant in every schedule."""
@@ -378,9 +378,9 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
     if len(graph.needed_nodes) > MAX_NODES:
         return CostBound(0.0, None, 0)
     try:
-        inst = _Instants(graph, start + time_limit / 2)
+        inst = Instants(graph, start + time_limit / 2)
         crossing = inst.crossing_bytes()
-    except _OutOfTime:
+    except OutOfTime:
         return CostBound(0.0, None, 0)  # the trivial bound, within the time limit
     need = sorted(((int(crossing[k]) + inst.live_at(v), v) for k, v in enumerate(inst.order)), reverse=True)
     relaxed: list[tuple[float, str]] = []
@@ -395,7 +395,7 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
     if best == float("inf"):
         return CostBound(best, where, 0)
     chain = _chain(inst, relaxed)
-    # the single instants first (they finish in seconds on the shipped exports), the chains in
+    # the single instants first (small ILPs, quick), the chains in
     # what they leave, at least a quarter of the limit
     deadline = start + (time_limit * 3 / 4 if len(chain) > 1 else time_limit)
     top = [v for value, v in relaxed[:exact] if value > 0]
@@ -412,7 +412,7 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
             best, where = value, v
     found: tuple[str, ...] = ()
     # chains of more and more instants while time is left: a few finish in seconds, and each
-    # instant more makes the ILP harder (torch_mlp_train at 50%: 6 instants 2 s, 12 not in 40 s)
+    # instant more makes the ILP harder (doubling them can take it from seconds past any limit)
     for size in CHAIN_SIZES:
         left = start + time_limit - time.monotonic()
         if left <= 0 or len(chain) < 2:
@@ -429,7 +429,7 @@ def cost_lower_bound(graph: Graph, budget: int, *, exact: int = 8, time_limit: f
     return CostBound(best, where, solved, found)
 
 
-def _chain(inst: _Instants, relaxed: list[tuple[float, str]]) -> list[str]:
+def _chain(inst: Instants, relaxed: list[tuple[float, str]]) -> list[str]:
     """The instants, each a descendant of the one before, whose LP bounds add up to the most:
     where several instants force recomputations, the chain bound counts each of them once per
     window."""

@@ -1,4 +1,4 @@
-"""The solve trace: each improving incumbent of a solve, when it came and which method found it.
+"""The solve trace (`solver.trace` of a schedule, remat_cli/schedule.py): each improving incumbent of a solve, when it came and which method found it.
 
 Anytime solvers are judged by how early a good answer comes, not only by the last one (the
 primal integral of Berthold, "Measuring the impact of primal heuristics", Oper. Res. Lett. 41,
@@ -15,33 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel, Field
-
-
-class TracePoint(BaseModel):
-    """One improving incumbent."""
-
-    seconds: float = Field(description="since the time limit's clock started")
-    peak_memory: int
-    cost: float
-    overhead: float = Field(description="cost / baseline cost - 1")
-    method: str | None = Field(
-        default=None, description="the solver (a portfolio: the lane's solver) that found it"
-    )
-
-
-class SolveTrace(BaseModel):
-    """A solve's improving incumbents, in the order they came."""
-
-    first_within_budget: float | None = Field(
-        default=None,
-        description="seconds from the time limit's start to the first schedule within the budget",
-    )
-    solver_started: float | None = Field(
-        default=None,
-        description="seconds from the time limit's start to the solver's (reading the graph and starting up before it)",
-    )
-    incumbents: list[TracePoint] = Field(default_factory=list)
+from remat_cli.schedule import SolveTrace, TracePoint
 
 
 class TraceRecorder:

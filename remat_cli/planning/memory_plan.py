@@ -7,7 +7,7 @@ workspace for that step, and a `free` step ends the value's current buffer. Resi
 (inputs, parameters) are not in the arena. Placement: best fit (the offset heuristic of TFLite's
 arena planner, Pisarchyk & Lee 2020, "greedy by size" and "greedy by breadth"), tried with seven
 orders of the buffers, the smallest arena kept. The exact placement is MODeL's address model in
-`remat_cli.solvers.model.addresses`.
+`remat_cli.planning.addresses`.
 """
 
 from __future__ import annotations
@@ -74,9 +74,7 @@ def align(x: int, alignment: int) -> int:
 def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
     """Offsets by best fit, the best of seven buffer orders (size with earlier start or later
     end first, size x lifetime, lifetime, allocation order, breadth, the buffers kept to the end
-    first): each wins on some shipped or exported training graph (torch ResNet-18 at alignment 64: 0.13% above the peak by size
-    with later end first, 1.96% by size alone; exported MobileNet-v2 b1: 0% by breadth, 0.85%
-    by the others). Returns one offset per buffer, in the order given."""
+    first): each wins on some training graph, and none on all, so all seven run. Returns one offset per buffer, in the order given."""
     best: list[int] | None = None
     best_arena = -1
     orders = [
@@ -92,8 +90,8 @@ def greedy_offsets(buffers: Sequence[Buffer], alignment: int = 1) -> list[int]:
     if buffers:
         orders.append(breadth_order(*buffer_arrays(buffers, alignment)).tolist())
         # the buffers kept to the end (a training step's weight gradients) first, stacked in the
-        # order they are made, then the others by size with later end first: exported ResNet-50
-        # b1, whose peak is the gradients at the end, 1.06% above the peak (the others 2.6-53%)
+        # order they are made, then the others by size with later end first: the order that fits
+        # a step whose peak is the gradients at its end
         horizon = max(b.end for b in buffers)
         kept = sorted((i for i, b in enumerate(buffers) if b.end == horizon), key=lambda i: buffers[i].start)
         rest = [i for i, b in enumerate(buffers) if b.end != horizon]
@@ -147,9 +145,8 @@ def perturbed_breadth(
     patience: int | None = None,
 ) -> list[int]:
     """Best fit in `count` breadth orders whose step ranking is perturbed (live bytes scaled by a
-    log-normal factor per step, sigma 0.01), from `start`; the smallest arena wins. On the
-    exported ResNet-50 step (batch 32) breadth alone is 1.00% above the peak, size orders 1.5-2%,
-    and the best of 20 such draws 0.88%. Stops like `perturbed_offsets`."""
+    log-normal factor per step, sigma 0.01), from `start`; the smallest arena wins: where breadth
+    is the best fixed order, a few perturbed ones often beat it. Stops like `perturbed_offsets`."""
     rng = np.random.default_rng(seed)
     start_, end, size = buffer_arrays(buffers, alignment)
     horizon = int(max(end.max(), start_.max() + 1)) if buffers else 0
@@ -172,9 +169,9 @@ def perturbed_offsets(
     patience: int | None = None,
 ) -> list[int]:
     """Best fit again in `count` buffer orders drawn around greedy-by-size (each size scaled by
-    a log-normal factor, sigma 0.5), from `start` (offsets); the smallest arena wins. The fixed
-    orders of `greedy_offsets` leave 4.7-15% above the peak on exported VGG-11 and AlexNet steps
-    (batch 32) where 300 draws reach 0% (AlexNet) and 7% (VGG-11). `fixed`: buffers whose
+    a log-normal factor, sigma 0.5), from `start` (offsets); the smallest arena wins. Where the
+    fixed orders of `greedy_offsets` leave a wide gap above the peak (convolutional steps with
+    few, large activations), random orders near size order close much of it. `fixed`: buffers whose
     offsets are given (placed first, never moved). Stops at `deadline` (time.monotonic()), or
     after `patience` draws in a row without a smaller arena (a count, so the result stays the
     same for a seed)."""
@@ -235,7 +232,7 @@ def best_fit_arrays(
     fixed: dict[int, int] | None = None,
 ) -> np.ndarray:
     """`best_fit` on lifetimes [start, end) and aligned sizes given as int64 arrays."""
-    from remat_cli.best_fit import best_fit_kernel
+    from remat_cli.planning.best_fit import best_fit_kernel
 
     offset = np.full(len(start), -1, dtype=np.int64)
     for i, o in (fixed or {}).items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remat_cli.cli_common import (
+from remat_cli.cli.common import (
     BadInput,
     emit,
     err,
@@ -14,8 +14,8 @@ from remat_cli.cli_common import (
     read_graph,
     read_schedule,
 )
-from remat_cli.memory_plan import buffers_of, make_plan
-from remat_cli.plan_check import check_plan
+from remat_cli.planning.check import check_plan
+from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.schedule import simulate
 from remat_cli.solver import usable_cores
 
@@ -76,7 +76,7 @@ def plan(
     simulate(g, s.steps)
     bufs = buffers_of(g, s.steps)
     # imported here: `remat --help` and `remat solvers` load no solver module (registry.py)
-    from remat_cli.solvers.model.addresses import place
+    from remat_cli.planning.addresses import place
 
     offsets, arena, bound, optimal = place(bufs, alignment, time_limit, workers or usable_cores())
     memory_plan = make_plan(bufs, offsets, alignment)

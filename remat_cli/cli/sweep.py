@@ -10,7 +10,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from remat_cli import registry
-from remat_cli.cli_common import (
+from remat_cli.cli.common import (
     SECONDS,
     BadInput,
     err,
@@ -21,12 +21,12 @@ from remat_cli.cli_common import (
     resolve_budget,
 )
 from remat_cli.devices import resolve_device_budgets
-from remat_cli.files import write_atomic
 from remat_cli.graph import Graph
 from remat_cli.schedule import baseline
 from remat_cli.sweep.cells import RESULTS_FILE, GraphEntry, make_cells, read_records, record_key, split_list
 from remat_cli.sweep.pool import LocalPool, default_jobs
 from remat_cli.sweep.sweep import best_by_graph, run_sweep
+from remat_cli.util.files import write_atomic
 
 
 @click.command("sweep")
@@ -46,7 +46,7 @@ from remat_cli.sweep.sweep import best_by_graph, run_sweep
     "-j",
     type=click.IntRange(min=1),
     default=None,
-    help=f"Solves at a time on the local pool (default: one per 2 cores, here {default_jobs()}).",
+    help=f"Solves at a time on the local pool (default: one for every two cores, here {default_jobs()}).",
 )
 @click.option(
     "--scheduler",

@@ -22,10 +22,11 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from remat_cli.cost_bound import CostBound, cost_lower_bound
-from remat_cli.files import to_devnull
+from remat_cli.execution.cost_bound import CostBound, cost_lower_bound
+from remat_cli.execution.trace import TraceRecorder
 from remat_cli.graph import Graph
-from remat_cli.solve_trace import TracePoint, TraceRecorder
+from remat_cli.schedule import TracePoint
+from remat_cli.util.files import to_devnull
 
 #: redraws per second
 REFRESH = 4

@@ -311,11 +311,12 @@ class Auto(Solver):
                 runs.append(r)
                 offer(r, replaces=cut)
 
-        # the lane processes start first: their imports overlap greedy's run
+        # 0. the ratio construction, alone on the machine: a schedule within budget in seconds,
+        # whatever greedy finds
+        first = first_schedule(graph, budget, options, limit)
+        # then the lane processes: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
-            # 0. the ratio construction: a schedule within budget in seconds, whatever greedy finds
-            first = first_schedule(graph, budget, options, limit)
             if first is not None:
                 offer(first)
             t0 = time.monotonic()

@@ -66,6 +66,12 @@ BUILTIN: dict[str, Entry] = {
         "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward",
         _CHEN,
     ),
+    "blocks": Entry(
+        "remat_cli.solvers.blocks:Blocks",
+        "per-block checkpointing: keep each block's input, recompute its forward before its backward",
+        "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016, §4.1, with the model's blocks "
+        "as segments (torch.utils.checkpoint per layer)",
+    ),
     "chen-greedy": Entry(
         "remat_cli.solvers.chen:ChenGreedy",
         "Chen greedy checkpointing by segment memory b (b swept), segments recomputed in backward",

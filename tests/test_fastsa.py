@@ -438,7 +438,7 @@ def test_soft_peak_iterations_count_as_more_work() -> None:
     its iterations now counts SOFT_WORK, so a first stage that never meets the budget runs
     tight_from + (n1 - tight_from) / SOFT_WORK iterations, a number of the seed alone."""
     from remat_cli import registry
-    from remat_cli.solvers.fastsa.solver import SOFT_WORK
+    from remat_cli.solvers.fastsa.config import SOFT_WORK
 
     g = _mlp_training_graph(12)
     budget = int(0.35 * baseline(g).peak_memory)  # above the lower bound (0.32), below the SA's reach
@@ -543,9 +543,12 @@ def test_kicks_lower_a_schedule_that_polish_cannot() -> None:
     """A schedule within the budget that recomputes more than it needs (chen-greedy's on a
     transformer at 50%): polish keeps every copy it needs to stay within the budget, the kicks
     then remove the costliest recomputations and anneal back within it, cheaper."""
+    from remat_cli import registry
+    from remat_cli.solvers.fastsa.config import RESCUE_OVER, RunConfig
     from remat_cli.solvers.fastsa.kicks import iterate
-    from remat_cli.solvers.fastsa.problem import _to_base
-    from remat_cli.solvers.fastsa.solver import RESCUE_OVER, _as_start, _Run
+    from remat_cli.solvers.fastsa.problem import to_base
+    from remat_cli.solvers.fastsa.run import Run
+    from remat_cli.solvers.fastsa.solver import as_start
 
     g = G.transformer(layers=2, seed=4)
     budget = int(0.5 * baseline(g).peak_memory)
@@ -553,14 +556,15 @@ def test_kicks_lower_a_schedule_that_polish_cannot() -> None:
     assert start_sched is not None
     nv = g.node_view
     prob = F.original_problem(nv)
-    run = _Run(g, nv, float(budget), float(nv.resident), K.OBJ_ELU, False, SolveOptions(seed=0, workers=1), 0)
-    run.local = 0.75
-    start = _as_start(g, nv, prob, budget, start_sched.steps)
+    opts = SolveOptions(seed=0, workers=1)
+    p = registry.get("fastsa").defaults() | {"patience": 0, "chain": 0, "tight_after": 1.0}
+    run = Run(g, nv, RunConfig.build(p, nv, budget, opts), opts)
+    start = as_start(g, nv, prob, budget, start_sched.steps)
     assert start is not None
     polished = run.polish(prob, F.expand(prob, np.array(start)))
     polished_cost = simulate(g, steps_from_sequence(g, [nv.ids[i] for i in polished])).cost
     h = 3e-3 * run.objective(F.State(prob, np.arange(prob.size, dtype=np.int64), 0, run.log_cap)) * 3e-4
-    order, cost, kicks = iterate(run, prob, _to_base(prob, polished), polished_cost, 200_000, 50_000,
+    order, cost, kicks = iterate(run, prob, to_base(prob, polished), polished_cost, 200_000, 50_000,
                                  h, h * 1e-4, RESCUE_OVER, 0)  # fmt: skip
     assert kicks >= 1 and cost < polished_cost
     sim = simulate(g, steps_from_sequence(g, [nv.ids[prob.members[i][0]] for i in order]))

@@ -24,8 +24,8 @@ from remat_cli.solvers.hilp import (
     DEFAULT_TIME_LIMIT,
     HILP,
     Ctx,
+    HilpRun,
     Unit,
-    _Solve,
     atomic,
     build_instance,
     canonical,
@@ -352,7 +352,7 @@ def test_backward_nodes_without_grad_of_join_a_layer() -> None:
     pairs = grad_pairs(g)
     assert {n.id for n in g.nodes if n.phase == "backward"} == set(pairs)
     p = HILP().defaults() | {"max_top": 4, "flat_start": ""}
-    s = _Solve(g, baseline(g).peak_memory, SolveOptions(time_limit=30, workers=1), p)
+    s = HilpRun(g, baseline(g).peak_memory, SolveOptions(time_limit=30, workers=1), p)
     ctx = Ctx(g, s.training())
     units = s.hierarchy(ctx)
     assert any(u.layer and len(u.fwd) > 1 for u in units)
@@ -410,7 +410,7 @@ def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
     meets the H-ILP's memory rows, and decoded it is the same schedule."""
     g = G.transformer(layers=2, seed=0)
     base = baseline(g)
-    s = _Solve(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     s.p["max_top"] = 8
     ctx = Ctx(g, True)
     top = s.hierarchy(ctx)
@@ -440,7 +440,7 @@ def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
     base = baseline(g)
     budget = int(0.6 * base.peak_memory)
     params = HILP().defaults() | {"flat_start": "greedy", "max_top": 8}
-    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
+    s = HilpRun(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
     ctx = Ctx(g, True)
     top = s.hierarchy(ctx)
     before = [len(u.options) for u in top]
@@ -469,7 +469,7 @@ def test_a_backward_operator_run_during_the_forward_pass_opens_the_flat_option()
 
     g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "torch_mlp_train.onnx")
     ctx = Ctx(g, True)
-    s = _Solve(
+    s = HilpRun(
         g,
         int(0.7 * baseline(g).peak_memory),
         SolveOptions(time_limit=20, seed=0, workers=1),
@@ -510,7 +510,7 @@ def test_refined_top_splits_backward_blocks() -> None:
 
     g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "torch_unet_train.onnx")
     base = baseline(g)
-    s = _Solve(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     ctx = Ctx(g, s.training())
     top = s.hierarchy(ctx)
     fin = refine(ctx, top, 72)
@@ -552,7 +552,7 @@ def test_recompute_start_satisfies_the_h_ilp(graph: str, fraction: float, with_l
     the top that means running some F_j again before B_j, which rows (8a)/(8b) allow."""
     g = G.transformer(layers=2, seed=0) if graph == "transformer" else G.unet(depth=3, convs=2, seed=0)
     base = baseline(g)
-    s = _Solve(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, base.peak_memory, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     s.p["max_top"] = 8
     ctx = Ctx(g, True)
     top = s.hierarchy(ctx)
@@ -592,7 +592,7 @@ def test_identical_layers_are_solved_once() -> None:
         return u
 
     budget = int(0.6 * baseline(g).peak_memory)
-    solver = _Solve(g, budget, SolveOptions(seed=0, workers=1), HILP().defaults())
+    solver = HilpRun(g, budget, SolveOptions(seed=0, workers=1), HILP().defaults())
     pair = [layer(1), layer(2)]
     assert canonical(ctx, pair[0])[0] == canonical(ctx, pair[1])[0]
     assert solver.solve_level(ctx, pair, 0, 1, leaf=True) == 1  # one representative
@@ -635,7 +635,7 @@ def test_top_follows_a_flat_schedule_exactly(name: str, fraction: float) -> None
     g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / f"{name}.onnx")
     budget = int(fraction * baseline(g).peak_memory)
     params = HILP().defaults() | {"flat_start": "greedy"}
-    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
+    s = HilpRun(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
     ctx = Ctx(g, s.training())
     top = s.hierarchy(ctx)
     s.flat_options(ctx, top)
@@ -734,7 +734,7 @@ def test_greedy_is_the_flat_start_when_the_named_one_finds_none() -> None:
     the flat start then (the refined top follows it), not none at all."""
     g = G.transformer(layers=3, seed=0)
     budget = int(0.7 * baseline(g).peak_memory)
-    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     s.p = s.p | {"flat_start": "checkpoint-all"}
     s.flat_schedule()
     assert s.flat_name == "greedy" and s.flat_seq
@@ -754,7 +754,7 @@ def test_the_cheapest_flat_start_is_kept() -> None:
         costs[name] = sched.summary.cost
     assert costs["greedy"] != costs["chen-sqrtn"]
     cheaper = min(costs, key=costs.__getitem__)
-    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), HILP().defaults())
     s.p = s.p | {"flat_start": ",".join(sorted(costs, key=costs.__getitem__, reverse=True))}
     s.flat_schedule()
     assert s.flat_name == cheaper and s.flat_start is not None
@@ -770,7 +770,7 @@ def test_the_flat_fastsa_runs_the_iterations_of_the_whole_limit() -> None:
     budget = int(0.7 * baseline(g).peak_memory)
     alone, res = run_solver(g, budget, "fastsa", SolveOptions(time_limit=8, seed=2, workers=1))
     assert alone is not None and "wall clock" not in (res.message or "")
-    s = _Solve(g, budget, SolveOptions(time_limit=8, seed=2, workers=1), HILP().defaults())
+    s = HilpRun(g, budget, SolveOptions(time_limit=8, seed=2, workers=1), HILP().defaults())
     s.p = s.p | {"flat_start": "fastsa"}
     s.flat_schedule()
     assert s.flat_name == "fastsa"
@@ -786,7 +786,7 @@ def test_a_top_that_follows_the_flat_start_returns_it_when_out_of_time() -> None
     g = G.transformer(layers=3, seed=0)
     budget = int(0.7 * baseline(g).peak_memory)
     params = HILP().defaults() | {"flat_start": "greedy", "fallback": "none"}
-    s = _Solve(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
+    s = HilpRun(g, budget, SolveOptions(time_limit=20, seed=0, workers=1), params)
     s.flat_schedule()
     assert s.flat_start is not None and s.flat_seq
     ctx = Ctx(g, s.training())
@@ -851,7 +851,7 @@ def test_a_schedule_the_simulator_rejects_is_skipped_and_said() -> None:
     from remat_cli.schedule import Step
 
     g = G.linear(4, seed=0)
-    s = _Solve(g, baseline(g).peak_memory, SolveOptions(time_limit=5, seed=0, workers=1), HILP().defaults())
+    s = HilpRun(g, baseline(g).peak_memory, SolveOptions(time_limit=5, seed=0, workers=1), HILP().defaults())
     order = [n for n in g.topo_order if n in g.needed_nodes]
     good = steps_from_sequence(g, order)
     assert s.simulated(good) is not None and not s.helper_notes

@@ -20,7 +20,9 @@ backward ONNX node names the forward op it differentiates (metadata ``remat.grad
 graph's ``grad_of``): autograd numbers the node that each forward op creates, and hooks on those
 nodes stamp the number on the ops traced while they run backward (as aot_autograd does). Local
 functions are inlined and every node gets a unique name (the importer uses ONNX node names as
-node ids). The export is checked against torch autograd on onnxruntime.
+node ids). Each node records the module it belongs to (metadata ``remat.scope``, the graph's
+``scope``: :mod:`remat_cli.importers.torch_scopes`). The export is checked against torch autograd
+on onnxruntime.
 
 A spec is ``(model, (x, y), loss_fn)`` with ``loss = loss_fn(model(x), y)``; ``x`` may be a tuple
 of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y)``.
@@ -49,6 +51,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from remat_cli.importers.notes import Float32Rounding, NotCompared
 from remat_cli.importers.onnx import GRAD_OF_KEY, draws_random, node_reads
+from remat_cli.importers.torch_scopes import recording_scopes, traced_scopes, write_scopes
 from remat_cli.util.files import write_atomic
 
 aten = torch.ops.aten
@@ -501,6 +504,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
             sdpa_kernel(SDPBackend.MATH),
             torch.backends.mkldnn.flags(enabled=False),
             fx_traceback.preserve_node_meta(),
+            recording_scopes(model),
         ):
             gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, *xs, y)
     finally:
@@ -522,7 +526,8 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     )
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)
-    _write_grad_of(proto, program, _op_groups(gm))
+    step_of = _write_grad_of(proto, program, _op_groups(gm))
+    write_scopes(proto, step_of, traced_scopes(gm))
     proto.graph.name = f"{name}-train"
     try:
         onnx.checker.check_model(proto, full_check=True)
@@ -727,7 +732,7 @@ def _source(node: torch.fx.Node) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, list[str]]) -> None:
+def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, list[str]]) -> dict[str, str]:
     """Carry `pairs` (names in the traced step) to the ONNX nodes the loss does not need (the
     importer's backward nodes) as ``GRAD_OF_KEY`` metadata naming the ONNX node of their op's
     forward output: backward ops, and parts of a forward op that only the backward reads
@@ -757,6 +762,7 @@ def _write_grad_of(proto: onnx.ModelProto, program: object, pairs: dict[str, lis
         forward = [onnx_of[f] for f in pairs.get(step_of.get(node.name, ""), []) if f in onnx_of]
         if forward:
             node.metadata_props.add(key=GRAD_OF_KEY, value=forward[-1])
+    return step_of
 
 
 def _ancestors(graph: onnx.GraphProto, tensor: str) -> set[str]:

@@ -45,8 +45,9 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
-#: share of the time limit (and least seconds) of the ratio construction before greedy
-FIRST_SHARE = 0.05
+#: share of the time limit (and least seconds) of the ratio construction before greedy: its first
+#: schedule comes whatever the limit, the rest refines it (a few tenths of a point) while the lanes wait
+FIRST_SHARE = 0.02
 FIRST_MIN_SECONDS = 2.0
 #: a solver is not started with less than this many seconds left
 MIN_RUN_SECONDS = 0.5

@@ -1,0 +1,241 @@
+"""remat's torch.compile partitioner against PyTorch's own, on real training steps (CPU).
+
+For each model (an MLP, ResNet-18 at batch 32, a U-Net, a 12-layer GPT-style decoder; see
+remat_cli/torch/models.py) one child process measures every method:
+  eager, eager-blocks (torch.utils.checkpoint per block), torch-dp@B (PyTorch's
+  min_cut_rematerialization_partition under activation_memory_budget B, solver dp) and remat@X
+  (remat_cli.torch's partitioner at budget X), the last two through the same aot_autograd
+  backend (no decompositions, no-op boxed compilers, only partition_fn differs) and, with
+  --inductor, through inductor (PyTorch's default partitioner vs remat's CustomPartitionerFn).
+remat@blocks is remat at eager-blocks' measured peak (bytes).
+Peak: the process's high-water mark above the pre-step baseline with glibc's mmap threshold
+lowered; time: the median of --steps steps after --warmup, the methods' steps interleaved
+round-robin so the machine's load drifts over all alike (the load average is recorded).
+grads_equal: loss and every gradient of the first step equal eager's (assert_close defaults).
+
+    python3 bench/torch_partitioner.py [--models mlp,decoder] [--steps 5] [--inductor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import RESULTS, write_results  # noqa: E402
+
+TORCH_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.05)
+REMAT_BUDGETS = ("85%", "70%", "55%", "40%", "25%")
+
+
+def methods(model: Any, args: argparse.Namespace) -> list[tuple[str, str, Any, Any]]:
+    """(method, compiler, step callable, remat partitioner or None) for every row."""
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from remat_cli.torch import backend
+
+    rows: list[tuple[str, str, Any, Any]] = [("eager", "eager", model, None)]
+
+    def blocks(*xs: Any) -> Any:
+        model.checkpoint_blocks = True
+        try:
+            return model(*xs)
+        finally:
+            model.checkpoint_blocks = False
+
+    rows.append(("eager-blocks", "eager", blocks, None))
+    compilers = ["aot_eager", "inductor"] if args.inductor else ["aot_eager"]
+    for compiler in compilers:
+        for b in TORCH_BUDGETS:
+            if compiler == "aot_eager":
+                be = aot_autograd(
+                    fw_compiler=boxed_nop,
+                    bw_compiler=boxed_nop,
+                    partition_fn=min_cut_rematerialization_partition,
+                )
+            else:
+                be = "inductor"
+            rows.append((f"torch-dp@{b}", compiler, _with_budget(torch.compile(model, backend=be), b), None))
+        for b in args.remat_budgets.split(","):
+            be = backend(budget=b, solver=args.solver, inner=compiler, time_limit=args.time_limit)
+            rows.append((f"remat@{b}", compiler, torch.compile(model, backend=be), be.partitioner))
+    return rows
+
+
+def _with_budget(compiled: Any, budget: float) -> Any:
+    """`compiled` whose compilation (its first call) runs under activation_memory_budget."""
+    import torch
+
+    def run(*xs: Any) -> Any:
+        with torch._functorch.config.patch(
+            activation_memory_budget=budget, activation_memory_budget_solver="dp"
+        ):
+            return compiled(*xs)
+
+    return run
+
+
+def equal_to(want: tuple[Any, list[Any]], got: tuple[Any, list[Any]]) -> bool:
+    import torch
+
+    try:
+        torch.testing.assert_close(got[0], want[0])
+        for g, w in zip(got[1], want[1], strict=True):
+            torch.testing.assert_close(g, w)
+    except AssertionError:
+        return False
+    return True
+
+
+def first_step(model: Any, step: Any, inputs: tuple[Any, ...]) -> tuple[Any, list[Any]]:
+    import torch
+
+    torch.manual_seed(1)
+    model.zero_grad(set_to_none=True)
+    loss = step(*inputs)
+    loss.backward()
+    return loss.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+
+def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every method's row for one model (run in a child process of its own)."""
+    from remat_cli.torch.measure import lower_mmap_threshold, step_peak
+
+    lower_mmap_threshold()
+    import torch
+
+    import remat_cli.torch  # noqa: F401
+    from remat_cli.torch import backend
+    from remat_cli.torch.models import case
+
+    torch.set_num_threads(1)
+    torch._dynamo.config.cache_size_limit = 256
+    torch._dynamo.config.accumulated_cache_size_limit = 4096
+    torch._inductor.config.fallback_random = True  # eager's dropout masks, for grads_equal
+    c = case(name, full=not args.small)
+    model, inputs = c.model, c.inputs
+    rows = methods(model, args)
+    want = first_step(model, model, inputs)
+    equal = {m + c_: equal_to(want, first_step(model, f, inputs)) for m, c_, f, _ in rows}
+    blocks_peak = max(step_peak(model, rows[1][2], *inputs)[0] for _ in range(2))
+    be = backend(budget=blocks_peak, solver=args.solver, inner="aot_eager", time_limit=args.time_limit)
+    blocks_row = ("remat@blocks", "aot_eager", torch.compile(model, backend=be), be.partitioner)
+    rows.append(blocks_row)
+    equal["remat@blocksaot_eager"] = equal_to(want, first_step(model, blocks_row[2], inputs))
+    peaks: dict[int, list[int]] = {i: [] for i in range(len(rows))}
+    times: dict[int, list[float]] = {i: [] for i in range(len(rows))}
+    load = [os.getloadavg()[0]]
+    for rep in range(args.warmup + args.steps):
+        for i, (_, _, f, _) in enumerate(rows):
+            torch.manual_seed(1)
+            peak, seconds = step_peak(model, f, *inputs)
+            if rep >= args.warmup:
+                peaks[i].append(peak)
+                times[i].append(seconds)
+        load.append(os.getloadavg()[0])
+    out = []
+    for i, (method, compiler, _, part) in enumerate(rows):
+        solved = part.last if part is not None else None
+        out.append(
+            {
+                "model": name,
+                "method": method,
+                "compiler": compiler,
+                "peak": max(peaks[i]),
+                "time": statistics.median(times[i]),
+                "predicted_peak": solved.predicted_peak if solved else None,
+                "grads_equal": equal[method + compiler],
+                "fallback": part is not None and solved is None,
+                "budget_bytes": solved.budget if solved else None,
+                "no_remat_peak": solved.baseline_peak if solved else None,
+                "overhead": solved.schedule.summary.overhead if solved else None,
+                "load": [round(x, 2) for x in load],
+            }
+        )
+    return out
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        for family, color in (("eager", "k"), ("torch-dp", "tab:blue"), ("remat", "tab:red")):
+            for compiler, marker in (("aot_eager", "o"), ("inductor", "x"), ("eager", "s")):
+                pts = [
+                    (r["peak"] / 1e6, r["time"])
+                    for r in rows
+                    if r["model"] == model
+                    and r["compiler"] == compiler
+                    and r["method"].split("@")[0] == family
+                    and not r["fallback"]
+                ]
+                if pts:
+                    pts.sort()
+                    ax.plot(
+                        *zip(*pts, strict=True), marker=marker, color=color, label=f"{family} ({compiler})"
+                    )
+        ax.set_title(model)
+        ax.set_xlabel("measured step peak above baseline (MB)")
+        ax.set_ylabel("step time (s)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="mlp,resnet18,unet,decoder")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--solver", default="auto")
+    p.add_argument("--time-limit", type=float, default=20.0)
+    p.add_argument("--remat-budgets", default=",".join(REMAT_BUDGETS))
+    p.add_argument("--inductor", action="store_true", help="add the inductor rows")
+    p.add_argument("--small", action="store_true", help="the tests' small models (a smoke run)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--out", default="torch_partitioner")
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(measure_model(args.one, args)))
+        return
+    rows: list[dict[str, Any]] = []
+    for name in args.models.split(","):
+        child = [sys.executable, __file__, "--one", name, *sys.argv[1:]]
+        done = subprocess.run(child, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"{name}: failed\n{done.stderr[-3000:]}", file=sys.stderr)
+            continue
+        rows += json.loads(done.stdout.strip().splitlines()[-1])
+        _print([r for r in rows if r["model"] == name])
+        write_results(args.out, rows, note="CPU, one thread per process, shared machine (see load)")
+    plot(rows, RESULTS / f"{args.out}.png")
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        pred = f"{r['predicted_peak'] / 1e6:9.2f}" if r["predicted_peak"] is not None else " " * 9
+        flag = " fallback" if r["fallback"] else ""
+        print(
+            f"{r['model']:9} {r['method']:16} {r['compiler']:9} peak {r['peak'] / 1e6:9.2f} MB "
+            f"pred {pred} time {r['time'] * 1e3:8.1f} ms grads_equal {r['grads_equal']}{flag}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

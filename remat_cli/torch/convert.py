@@ -1,0 +1,326 @@
+"""The joint forward-backward FX graph of ``aot_autograd`` as a remat graph (DESIGN.md §1).
+
+One remat node per FX ``call_function`` (a ``getitem`` of a multi-output operator is no node:
+it names one of that operator's outputs). Sizes come from each value's ``meta["val"]``; a
+value whose storage another value already owns is a *view*: it has size 0 and every node that
+reads it also reads the storage's owner, so the owner stays live while the view is used (and a
+view among the graph's outputs keeps its owner among them too).
+
+Inputs: the primals (parameters and the step's inputs) are resident, as the simulator's start
+state counts them (§2), so a budget above them is the step's peak above what was resident
+before it. The tangents are made by a zero-cost *boundary* node that reads every forward
+output: the schedule's forward is everything before it, the backward everything after.
+
+Costs are FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per byte an
+operator reads and writes (so a memory-bound pointwise operator is no free recomputation), with
+a floor of :data:`MIN_COST`.
+
+Not recomputable: random operators (``nondeterministic_seeded``) and impure ones. Random
+operators are chained by zero-size tokens in their program order, so every schedule draws
+from the generator in eager's order and a seeded run gives eager's dropout masks.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.flop_counter import flop_registry
+
+from remat_cli.graph import Graph, Node, Value
+
+#: cost units per byte an operator reads or writes (a CPU core's FLOP rate over its bandwidth)
+FLOPS_PER_BYTE = 4.0
+#: the least cost of an operator (a kernel launch), in FLOPs
+MIN_COST = 1000.0
+#: the node that makes the tangents: the schedule's forward/backward boundary
+BOUNDARY = "remat.boundary"
+
+
+class Unsupported(ValueError):
+    """A joint graph the converter does not take (the partitioner falls back to PyTorch's)."""
+
+
+@dataclass
+class JointGraph:
+    """A joint graph's remat form and what maps it back to FX."""
+
+    graph: Graph
+    #: FX node name -> the remat value it stands for (getitems name their operator's output)
+    value_of: dict[str, str]
+    #: remat value id -> the FX node that makes it (an operator's getitem, or the node itself)
+    fx_of: dict[str, str]
+    #: bytes resident before the step (the primals)
+    resident: int
+    num_fwd_outputs: int
+    #: the owner of each view's storage
+    owner: dict[str, str] = field(default_factory=dict)
+
+
+def _tensor_val(node: fx.Node) -> torch.Tensor | None:
+    v = node.meta.get("val")
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _check_supported(gm: fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if not (node.name.startswith("primals") or node.name.startswith("tangents")):
+                raise Unsupported(f"placeholder {node.name} (RNG seeds or backward state)")
+            if node.meta.get("val") is not None and _tensor_val(node) is None:
+                raise Unsupported(f"placeholder {node.name} is not a tensor (dynamic shapes)")
+        elif node.op == "call_function":
+            target = node.target
+            if target is operator.getitem:
+                continue
+            if not isinstance(target, torch._ops.OpOverload):
+                raise Unsupported(f"{node.name}: {target} is not an ATen operator")
+            if target._schema.is_mutable and not is_input_update(node):
+                raise Unsupported(f"{node.name}: {target} mutates its input")
+            val = node.meta.get("val")
+            leaves = val if isinstance(val, (tuple, list)) else [val]
+            if not any(isinstance(x, torch.Tensor) for x in leaves):
+                raise Unsupported(f"{node.name}: {target} returns no tensor")
+            if any(x is not None and not isinstance(x, torch.Tensor) for x in leaves):
+                raise Unsupported(f"{node.name}: {target} returns a non-tensor (dynamic shapes)")
+            if node.meta.get("recompute") is not None:
+                raise Unsupported(f"{node.name}: a user checkpointing policy is set")
+        elif node.op == "get_attr":
+            raise Unsupported(f"{node.name}: get_attr nodes")
+
+
+def is_input_update(node: fx.Node) -> bool:
+    """A ``copy_`` into a primal that must stay in the forward (inductor keeps the step's input
+    mutations, such as BatchNorm's running statistics, in the graph)."""
+    dst = node.args[0] if node.args else None
+    return (
+        node.target is torch.ops.aten.copy_.default
+        and isinstance(dst, fx.Node)
+        and dst.op == "placeholder"
+        and dst.name.startswith("primals")
+        and node.meta.get("partitioner_tag") == "must_be_in_forward"
+    )
+
+
+def _cost(node: fx.Node, read: int, written: int) -> float:
+    packet = getattr(node.target, "overloadpacket", None)
+    flops = 0
+    if packet in flop_registry:
+
+        def meta(a: fx.Node) -> object:
+            return a.meta["val"]
+
+        args = fx.node.map_arg(node.args, meta)
+        kwargs = fx.node.map_arg(node.kwargs, meta)
+        flops = int(flop_registry[packet](*args, **kwargs, out_val=node.meta["val"]))
+    return max(MIN_COST, flops + FLOPS_PER_BYTE * (read + written))
+
+
+class _Builder:
+    def __init__(self, gm: fx.GraphModule, static_inputs: set[int]) -> None:
+        self.gm = gm
+        self.static_inputs = static_inputs
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.value_of: dict[str, str] = {}
+        self.fx_of: dict[str, str] = {}
+        self.owner: dict[str, str] = {}
+        self.storage_owner: dict[StorageWeakRef, str] = {}
+        self.rng_token: str | None = None
+        #: primals the step mutates (BatchNorm's running statistics): what reads them runs once,
+        #: before the update that follows the forward
+        self.mutated: set[str] = set()
+        #: the in-graph input updates (``copy_`` into a primal), which the forward must run
+        self.updates: list[str] = []
+        self.outputs_of: dict[str, list[str]] = {}
+
+    def add_value(self, vid: str, t: torch.Tensor, role: str = "intermediate") -> None:
+        ref = StorageWeakRef(t.untyped_storage())
+        base = self.storage_owner.get(ref)
+        size = 0
+        if base is None:
+            self.storage_owner[ref] = vid
+            size = int(t.untyped_storage().nbytes())
+        else:
+            self.owner[vid] = self.owner.get(base, base)
+        self.values[vid] = Value(
+            id=vid, size=size, role=role, dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape)
+        )
+
+    def with_owners(self, vids: list[str]) -> list[str]:
+        return list(dict.fromkeys([*vids, *(self.owner[v] for v in vids if v in self.owner)]))
+
+    def placeholder(self, node: fx.Node, index: int) -> None:
+        t = _tensor_val(node)
+        if t is None:
+            raise Unsupported(f"placeholder {node.name} has no tensor value")
+        self.value_of[node.name] = node.name
+        self.fx_of[node.name] = node.name
+        if node.name.startswith("primals"):
+            self.add_value(node.name, t, "parameter" if index in self.static_inputs else "input")
+
+    def call(self, node: fx.Node) -> None:
+        if node.target is operator.getitem:
+            src, index = node.args
+            vid = f"{src.name}.{index}"
+            self.value_of[node.name] = vid
+            self.fx_of.setdefault(vid, node.name)
+            return
+        val = node.meta["val"]
+        if isinstance(val, (tuple, list)):
+            outs = [(f"{node.name}.{i}", t) for i, t in enumerate(val) if isinstance(t, torch.Tensor)]
+        else:
+            outs = [(node.name, val)]
+            self.value_of[node.name] = node.name
+            self.fx_of[node.name] = node.name
+        reads = [self.value_of[a.name] for a in node.all_input_nodes]
+        for vid, t in outs:
+            self.add_value(vid, t)
+        inputs = self.with_owners(reads)
+        inputs += [self.owner[v] for v, _ in outs if v in self.owner and self.owner[v] not in inputs]
+        outputs = [v for v, _ in outs]
+        random = torch.Tag.nondeterministic_seeded in node.target.tags
+        if is_input_update(node):
+            # after every other reader of the primal, and before the boundary
+            dst = node.args[0]
+            inputs += [self.outputs_of[u.name][0] for u in dst.users if u.name in self.outputs_of]
+            inputs = list(dict.fromkeys(i for i in inputs if i != node.name))
+            self.updates.append(node.name)
+        if random:
+            if self.rng_token is not None:
+                inputs.append(self.rng_token)
+            self.rng_token = f"{node.name}.rng"
+            self.values[self.rng_token] = Value(id=self.rng_token, size=0)
+            outputs.append(self.rng_token)
+        self.outputs_of[node.name] = outputs
+        read = sum(self.values[v].size or self._nbytes(v) for v in dict.fromkeys(reads))
+        written = sum(self.values[v].size for v, _ in outs)
+        view = written == 0
+        self.nodes.append(
+            Node(
+                id=node.name,
+                op=str(node.target),
+                inputs=inputs,
+                outputs=outputs,
+                cost=MIN_COST if view else _cost(node, read, written),
+                phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
+                recomputable=not random
+                and not node.is_impure()
+                and not any(a.name in self.mutated for a in node.all_input_nodes),
+            )
+        )
+
+    def _nbytes(self, vid: str) -> int:
+        v = self.values[vid]
+        return self.values[self.owner[vid]].size if vid in self.owner else v.size
+
+
+def _boundary(b: _Builder, fwd_outputs: list[str], tangents: list[fx.Node]) -> Node:
+    outputs = []
+    for t in tangents:
+        b.add_value(t.name, _tensor_val(t))
+        outputs.append(t.name)
+    token = f"{BOUNDARY}.token"
+    b.values[token] = Value(id=token, size=0)
+    return Node(
+        id=BOUNDARY,
+        op=BOUNDARY,
+        inputs=b.with_owners([*fwd_outputs, *b.updates]),
+        outputs=[*outputs, token],
+        cost=0.0,
+        phase="loss",
+        recomputable=False,
+    )
+
+
+def _walk(b: _Builder, gm: fx.GraphModule, fwd_out_nodes: list[fx.Node]) -> tuple[list[str], Node]:
+    """Convert every node of `gm` in its order; the boundary goes before the first node that
+    reads a tangent (directly or not). Returns the remat order and the boundary node."""
+    tangents: list[fx.Node] = []
+    pending = {n.name for n in fwd_out_nodes if n.op != "placeholder"}
+    boundary: Node | None = None
+    order: list[str] = []
+    after: set[str] = set()  # the FX nodes that read a tangent, directly or not
+    for index, node in enumerate(gm.graph.nodes):
+        if node.op == "placeholder":
+            b.placeholder(node, index)
+            if node.name.startswith("tangents"):
+                tangents.append(node)
+                after.add(node.name)
+            continue
+        if node.op != "call_function":
+            continue
+        if any(a.name in after for a in node.all_input_nodes):
+            after.add(node.name)
+            if boundary is None:
+                if pending:
+                    raise Unsupported(f"{node.name} reads a tangent before the forward outputs are made")
+                boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
+        b.call(node)
+        if node.target is not operator.getitem:
+            order.append(node.name)
+        pending.discard(node.name)
+    if boundary is None:
+        if pending:
+            raise Unsupported("the forward outputs are not all made")
+        boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
+    return order, boundary
+
+
+def joint_graph(
+    gm: fx.GraphModule,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    name: str = "torch-joint",
+) -> JointGraph:
+    """The remat graph of `gm`, an ``aot_autograd`` joint graph whose first `num_fwd_outputs`
+    outputs are the forward's. Raises :class:`Unsupported` for what it does not take."""
+    _check_supported(gm)
+    b = _Builder(gm, set(static_lifetime_input_indices or []))
+    out_node = next(iter(gm.graph.find_nodes(op="output")))
+    b.mutated = _mutated_primals(gm, out_node) | {
+        n.args[0].name for n in gm.graph.nodes if n.op == "call_function" and is_input_update(n)
+    }
+    joint_outputs = list(out_node.args[0])
+    fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
+    order, boundary = _walk(b, gm, fwd_out_nodes)
+    outputs = [b.value_of[o.name] for o in joint_outputs if isinstance(o, fx.Node)]
+    graph = Graph(
+        name=name,
+        cost_unit="flops",
+        values=list(b.values.values()),
+        nodes=[*b.nodes, boundary],
+        outputs=b.with_owners(list(dict.fromkeys(outputs))),
+        order=order,
+    )
+    return JointGraph(
+        graph=graph,
+        value_of=b.value_of,
+        fx_of=b.fx_of,
+        resident=graph.resident_bytes,
+        num_fwd_outputs=num_fwd_outputs,
+        owner=b.owner,
+    )
+
+
+def _mutated_primals(gm: fx.GraphModule, out_node: fx.Node) -> set[str]:
+    primals = [n.name for n in gm.graph.find_nodes(op="placeholder") if n.name.startswith("primals")]
+    mutated = set()
+    for desc in out_node.meta.get("desc") or []:
+        if type(desc).__name__ != "InputMutationAOTOutput":
+            continue
+        source = desc.mutated_input
+        if type(source).__name__ != "PlainAOTInput" or not 0 <= source.idx < len(primals):
+            raise Unsupported(f"an input mutation of {source}")
+        mutated.add(primals[source.idx])
+    return mutated
+
+
+def _place_boundary(b: _Builder, fwd: list[fx.Node], tangents: list[fx.Node], order: list[str]) -> Node:
+    node = _boundary(b, [b.value_of[o.name] for o in fwd], tangents)
+    order.append(node.id)
+    return node

@@ -1,0 +1,147 @@
+"""remat as torch.compile's partitioner: gradients equal eager's, the backward carries the
+schedule's recomputations, the measured peak follows the prediction, fallbacks keep training."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from remat_cli.torch import RematFallback, RematPartitioner, backend  # noqa: E402
+from remat_cli.torch.apply import COPY_KEY, SOURCE_KEY  # noqa: E402
+from remat_cli.torch.convert import BOUNDARY  # noqa: E402
+from remat_cli.torch.measure import lower_mmap_threshold, step_peak, train_step  # noqa: E402
+from remat_cli.torch.models import MLP, case  # noqa: E402
+
+#: budgets at which greedy finds a schedule that recomputes, for each small model
+BUDGETS = {"mlp": "70%", "resnet18": "85%", "unet": "70%", "decoder": "70%"}
+
+
+def grads(model, step, inputs):
+    torch.manual_seed(1)
+    model.zero_grad(set_to_none=True)
+    loss = step(*inputs)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def check_equal_to_eager(name: str, inner: str) -> None:
+    c = case(name)
+    be = backend(budget=BUDGETS[name], solver="greedy", inner=inner)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RematFallback)
+        loss, got = grads(c.model, torch.compile(c.model, backend=be), c.inputs)
+    eager_loss, want = grads(c.model, c.model, c.inputs)
+    assert be.partitioner.last.schedule.summary.recomputations > 0
+    torch.testing.assert_close(loss, eager_loss)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlp",
+        "unet",
+        pytest.param("resnet18", marks=pytest.mark.slow),
+        pytest.param("decoder", marks=pytest.mark.slow),
+    ],
+)
+def test_gradients_equal_eager_under_aot_eager(name):
+    check_equal_to_eager(name, "aot_eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mlp", "resnet18", "unet", "decoder"])
+def test_gradients_equal_eager_under_inductor(name, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's dropout masks
+    monkeypatch.setattr(inductor_config, "force_disable_caches", True)  # the partitioner runs
+    check_equal_to_eager(name, "inductor")
+
+
+def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():
+    c = case("mlp")
+    graphs = []
+
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    from remat_cli.torch import partitioner
+
+    part = partitioner("70%", solver="greedy")
+
+    def bw(gm, example_inputs):
+        graphs.append(gm)
+        return boxed_nop(gm, example_inputs)
+
+    be = aot_autograd(fw_compiler=boxed_nop, bw_compiler=bw, partition_fn=part)
+    train_step(c.model, torch.compile(c.model, backend=be), *c.inputs)
+    schedule = part.last.schedule
+    computed = [s.node for s in schedule.steps if s.op == "compute"]
+    boundary = computed.index(BOUNDARY)
+    again = {n for n in computed[boundary:] if n in computed[:boundary]}
+    assert again  # the schedule recomputes forward nodes in the backward
+    (bw_gm,) = graphs
+    copies = [n for n in bw_gm.graph.nodes if n.meta.get(COPY_KEY, 0) > 0]
+    assert {n.meta[SOURCE_KEY] for n in copies} == again
+
+
+@pytest.mark.slow  # dynamo traces the model with symbolic shapes
+def test_fallback_on_a_graph_the_converter_refuses():
+    c = case("mlp")
+    be = backend(budget="70%", solver="greedy")
+    compiled = torch.compile(c.model, backend=be, dynamic=True)  # symbolic shapes: refused
+    with pytest.warns(RematFallback, match="dynamic shapes|not a tensor") as caught:
+        loss, got = grads(c.model, compiled, c.inputs)
+    assert len([w for w in caught if issubclass(w.category, RematFallback)]) == 1
+    eager_loss, want = grads(c.model, c.model, c.inputs)
+    torch.testing.assert_close(loss, eager_loss)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_fallback_on_a_budget_no_schedule_reaches():
+    c = case("mlp")
+    be = backend(budget="1%", solver="greedy")
+    with pytest.warns(RematFallback, match="below what any schedule|no schedule"):
+        grads(c.model, torch.compile(c.model, backend=be), c.inputs)
+    assert be.partitioner.last is None
+
+
+def test_a_second_compile_reuses_the_solve():
+    RematPartitioner.cache.clear()
+    c = case("mlp")
+    first = backend(budget="70%", solver="greedy")
+    train_step(c.model, torch.compile(c.model, backend=first), *c.inputs)
+    torch._dynamo.reset()
+    second = backend(budget="70%", solver="greedy")
+    train_step(c.model, torch.compile(c.model, backend=second), *c.inputs)
+    assert not first.partitioner.last.cached and second.partitioner.last.cached
+    assert first.partitioner.uuid() == second.partitioner.uuid()
+    assert backend(budget="60%", solver="greedy").partitioner.uuid() != first.partitioner.uuid()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", ["100%", "60%"])
+def test_measured_peak_follows_the_prediction(budget):
+    lower_mmap_threshold()  # tensors of 64 KiB and more are their own mappings
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = MLP(256, 4)
+    inputs = (torch.randn(512, 256), torch.randint(0, 10, (512,)))
+    be = backend(budget=budget, solver="greedy")
+    compiled = torch.compile(model, backend=be)
+    for _ in range(2):  # warm-up: compile, first-touch of code pages
+        step_peak(model, compiled, *inputs)
+    peak, _ = step_peak(model, compiled, *inputs)
+    predicted = be.partitioner.last.predicted_peak
+    assert abs(peak - predicted) <= 0.05 * predicted, (peak, predicted)

@@ -45,6 +45,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp", "resnet18", "unet", "decoder"])
 def test_gradients_equal_eager_under_aot_eager(name):
     check_equal_to_eager(name, "aot_eager")
@@ -87,6 +88,7 @@ def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():
     assert {n.meta[SOURCE_KEY] for n in copies} == again
 
 
+@pytest.mark.slow
 def test_fallback_on_a_graph_the_converter_refuses():
     c = case("mlp")
     be = backend(budget="70%", solver="greedy")

@@ -85,6 +85,11 @@ BUILTIN: dict[str, Entry] = {
         "greedy rematerialization: peak-reduction splits and DTR-style eviction, best kept",
         "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021 (h_DTR and its e* variant)",
     ),
+    "ratio": Entry(
+        "remat_cli.solvers.ratio:Ratio",
+        "drop values by bytes per recompute cost, shortest fitting prefix by bisection",
+        "Jain et al., Checkmate (MLSys'20) §5 rounding; Chen et al. 2016 (segments)",
+    ),
     "chen-sqrtn": Entry(
         "remat_cli.solvers.chen:ChenSqrtN",
         "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward",

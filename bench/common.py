@@ -111,9 +111,11 @@ def moccasin_graph(label: str) -> Graph:
     return load_graph(MOCCASIN / GRAPHS[label])
 
 
-def write_results(name: str, rows: list[dict[str, Any]], **extra: Any) -> Path:
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_results(name: str, rows: list[dict[str, Any]], *, folder: Path = RESULTS, **extra: Any) -> Path:
+    """`folder`/NAME.json (bench/results; bench/experiments/results for an experiment) with the
+    exact command, the date and the machine; list it in bench/README.md."""
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.json"
     record = {
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

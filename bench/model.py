@@ -17,7 +17,7 @@ resident bytes); with --engine-limit > 0, the address engines with the program o
 Writes bench/results/model.json (--name to change). The summary's median and worst solve times
 are over the graphs of at most 1,000 operators; larger ones are listed apart.
 
-    python3 bench/model.py --merge-from bench/results/model_pairs.json
+    python3 bench/model.py --graphs ... --name model_part && python3 bench/model.py --merge-from bench/results/model_part.json
 
 solves nothing: the rows of that run replace those of the same graphs in model.json (each keeps
 its run's command and date under "run") and the summary is recomputed over all rows.

@@ -62,6 +62,9 @@ class Node(BaseModel):
     op: str | None = None
     phase: Phase | None = None
     grad_of: str | None = None
+    scope: str | None = Field(
+        default=None, description="the module the node belongs to, e.g. blocks.7.attn (from export-torch)"
+    )
     recomputable: bool = True
     device_costs: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
     source: list[str] | None = Field(default=None, description="runtime names it stands for")

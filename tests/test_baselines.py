@@ -11,7 +11,7 @@ from remat_cli.graph import Graph, Node, Value
 from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions, Solver, SolverResult
-from remat_cli.solvers.chen import ChenGreedy, ChenSqrtN, _Passes
+from remat_cli.solvers.chen import ChenGreedy, ChenSqrtN, Passes
 from remat_cli.solvers.greedy import STRATEGIES, Greedy
 
 GENERATED = {
@@ -98,7 +98,7 @@ def test_greedy_multi_output_nodes() -> None:
 
 def test_chen_sqrtn_keeps_about_sqrt_n_checkpoints_on_a_chain() -> None:
     g = G.linear(16, seed=0)
-    passes = _Passes(g)
+    passes = Passes(g)
     assert passes.has_phases and len(passes.articulation) == 16  # every forward node but the loss
     result = solve(ChenSqrtN(), g, 10**12)
     assert "4 checkpoints" in (result.message or "")
@@ -130,7 +130,7 @@ def test_chen_greedy_sweeps_to_fit_a_budget() -> None:
 def test_chen_on_a_graph_without_phases(solver: str) -> None:
     g = G.random_layered(40, seed=9)
     assert all(n.phase is None for n in g.nodes)
-    assert not _Passes(g).has_phases
+    assert not Passes(g).has_phases
     b = budget(g, 0.9)
     schedule, result = run_solver(g, b, solver, SolveOptions(workers=1))
     assert schedule is not None

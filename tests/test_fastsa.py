@@ -148,6 +148,7 @@ def test_solve_within_budget_and_no_recompute(graph_name: str, no_recompute: boo
         assert sim.peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_non_recomputable_nodes_run_once() -> None:
     g0 = G.random_layered(30, seed=5)
     data = g0.model_dump()
@@ -166,6 +167,7 @@ def test_non_recomputable_nodes_run_once() -> None:
             assert counts[n.id] == 1
 
 
+@pytest.mark.slow
 def test_same_seed_same_schedule_other_seed_differs() -> None:
     g = G.random_layered(40, seed=6)
     budget = int(0.75 * baseline(g).peak_memory)
@@ -176,6 +178,7 @@ def test_same_seed_same_schedule_other_seed_differs() -> None:
     assert runs[0].steps != runs[2].steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph_name", ["layered", "unet"])
 def test_rotation_equals_add_then_remove(graph_name: str) -> None:
     """The in-place rotation (_move) leaves the same sequence, lists, peak and cost as the add and
@@ -347,6 +350,7 @@ def test_tight_budget_met_by_the_annealing_itself(layers: int) -> None:
     assert "recomputation chains" in (res.message or "")
 
 
+@pytest.mark.slow
 def test_a_rescue_start_within_budget_is_never_lost() -> None:
     """The kernel folds a node's outputs into one block (NodeView), so on ONNX graphs with
     multi-output operators it can see a schedule above the budget that the simulator finds
@@ -367,6 +371,7 @@ def test_a_rescue_start_within_budget_is_never_lost() -> None:
     assert simulate(g, s.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_the_second_stage_recomputes_in_chains() -> None:
     """torch_transformer_train at 70% meets its budget without the tight part, so before, only the
     single-node mutations ran: every seed's single round recomputed two attention MatMuls (seed 2:
@@ -438,7 +443,7 @@ def test_soft_peak_iterations_count_as_more_work() -> None:
     its iterations now counts SOFT_WORK, so a first stage that never meets the budget runs
     tight_from + (n1 - tight_from) / SOFT_WORK iterations, a number of the seed alone."""
     from remat_cli import registry
-    from remat_cli.solvers.fastsa.solver import SOFT_WORK
+    from remat_cli.solvers.fastsa.config import SOFT_WORK
 
     g = _mlp_training_graph(12)
     budget = int(0.35 * baseline(g).peak_memory)  # above the lower bound (0.32), below the SA's reach
@@ -453,6 +458,7 @@ def test_soft_peak_iterations_count_as_more_work() -> None:
     assert abs(stage1 - (tight_from + (n1 - tight_from) / SOFT_WORK)) <= 2
 
 
+@pytest.mark.slow
 def test_chains_side_by_side_keep_the_cheapest_seed() -> None:
     """Two workers run seeds s and s + 1 as two chains and keep the cheaper schedule: the one
     each seed gives alone, so never worse than one chain; --chains 1 is the single chain."""
@@ -505,6 +511,7 @@ def test_the_last_rescue_evicts_in_the_least_peak_order(monkeypatch: pytest.Monk
         assert all(at[producer[v]] < at[n] for v in g.node_map[n].inputs if v in producer), n
 
 
+@pytest.mark.slow
 def test_stage_twos_rescued_start_is_reported_at_once() -> None:
     """Stage 1 ends above the budget and stage 2 starts from greedy's schedule: that schedule is
     the first incumbent reported (a watchdog at a short limit keeps the last one; stage 2 reports
@@ -543,9 +550,12 @@ def test_kicks_lower_a_schedule_that_polish_cannot() -> None:
     """A schedule within the budget that recomputes more than it needs (chen-greedy's on a
     transformer at 50%): polish keeps every copy it needs to stay within the budget, the kicks
     then remove the costliest recomputations and anneal back within it, cheaper."""
+    from remat_cli import registry
+    from remat_cli.solvers.fastsa.config import RESCUE_OVER, RunConfig
     from remat_cli.solvers.fastsa.kicks import iterate
-    from remat_cli.solvers.fastsa.problem import _to_base
-    from remat_cli.solvers.fastsa.solver import RESCUE_OVER, _as_start, _Run
+    from remat_cli.solvers.fastsa.problem import to_base
+    from remat_cli.solvers.fastsa.run import Run
+    from remat_cli.solvers.fastsa.solver import as_start
 
     g = G.transformer(layers=2, seed=4)
     budget = int(0.5 * baseline(g).peak_memory)
@@ -553,14 +563,15 @@ def test_kicks_lower_a_schedule_that_polish_cannot() -> None:
     assert start_sched is not None
     nv = g.node_view
     prob = F.original_problem(nv)
-    run = _Run(g, nv, float(budget), float(nv.resident), K.OBJ_ELU, False, SolveOptions(seed=0, workers=1), 0)
-    run.local = 0.75
-    start = _as_start(g, nv, prob, budget, start_sched.steps)
+    opts = SolveOptions(seed=0, workers=1)
+    p = registry.get("fastsa").defaults() | {"patience": 0, "chain": 0, "tight_after": 1.0}
+    run = Run(g, nv, RunConfig.build(p, nv, budget, opts), opts)
+    start = as_start(g, nv, prob, budget, start_sched.steps)
     assert start is not None
     polished = run.polish(prob, F.expand(prob, np.array(start)))
     polished_cost = simulate(g, steps_from_sequence(g, [nv.ids[i] for i in polished])).cost
     h = 3e-3 * run.objective(F.State(prob, np.arange(prob.size, dtype=np.int64), 0, run.log_cap)) * 3e-4
-    order, cost, kicks = iterate(run, prob, _to_base(prob, polished), polished_cost, 200_000, 50_000,
+    order, cost, kicks = iterate(run, prob, to_base(prob, polished), polished_cost, 200_000, 50_000,
                                  h, h * 1e-4, RESCUE_OVER, 0)  # fmt: skip
     assert kicks >= 1 and cost < polished_cost
     sim = simulate(g, steps_from_sequence(g, [nv.ids[prob.members[i][0]] for i in order]))
@@ -578,6 +589,7 @@ def test_a_first_stage_that_meets_the_budget_early_gives_iterations_to_kicks() -
     assert "kicks" not in (off.message or "")
 
 
+@pytest.mark.slow
 def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a time limit, greedy's schedule for the rescue is taken when stage 1's tight part
     begins, while the clock still has time for it, not after stage 1 (a GRU training step at

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.solvers.greedy import low_memory_order
-from remat_cli.solvers.greedy.dtr import _smallest
+from remat_cli.solvers.greedy.dtr import smallest
 from remat_cli.testing import brute_force_min_cost
 from tests.fuzzgraphs import budget_between, check, random_graph
 
@@ -28,6 +28,7 @@ def graph_and_budget(draw: st.DrawFn):  # noqa: ANN201
     return g, budget_between(g, draw(st.integers(0, 4)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=graph_and_budget())
@@ -76,4 +77,4 @@ def test_found_by_the_fuzzer_low_memory_order_with_a_two_output_producer(solver:
 )
 def test_greedy_top_k_matches_a_stable_sort(h: list[float], k: int) -> None:
     a = np.array(h)
-    assert list(_smallest(a, k)) == list(np.argsort(a, kind="stable")[:k])
+    assert list(smallest(a, k)) == list(np.argsort(a, kind="stable")[:k])

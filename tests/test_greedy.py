@@ -21,7 +21,7 @@ from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers import greedy
 from remat_cli.solvers.greedy import dtr
-from remat_cli.solvers.greedy.arrays import _Abandon, _arrays
+from remat_cli.solvers.greedy.arrays import Abandon, build_arrays
 
 
 def skip_training_graph(nodes: int, seed: int) -> Graph:
@@ -45,10 +45,10 @@ GRAPHS = {
 
 
 def run(graph: Graph, fraction: float, variant: str) -> tuple[list[int], int] | None:
-    a = _arrays(graph)
+    a = build_arrays(graph)
     try:
-        return dtr._run(a, fraction * baseline(graph).peak_memory, variant)
-    except _Abandon:
+        return dtr.run_dtr(a, fraction * baseline(graph).peak_memory, variant)
+    except Abandon:
         return None
 
 
@@ -110,13 +110,13 @@ def test_a_strategy_stuck_far_above_the_budget_is_not_aimed_lower(monkeypatch: p
     g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
     budget = int(0.4 * baseline(g).peak_memory)
     aims: list[float] = []
-    split = greedy._split
+    split = greedy.run_split
 
     def spy(a, target, *args):  # noqa: ANN001, ANN002, ANN202
         aims.append(target)
         return split(a, target, *args)
 
-    monkeypatch.setattr(greedy, "_split", spy)
+    monkeypatch.setattr(greedy, "run_split", spy)
     schedule, result = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
     assert schedule is not None and schedule.summary.peak_memory <= budget, result.message
     assert aims and all(aim == budget for aim in aims), aims

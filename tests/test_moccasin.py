@@ -129,6 +129,7 @@ def solve(g: Graph, budget: int, **params: object):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
 def test_staged_optimum_equals_brute_force(seed: int) -> None:
     """With C_v ≥ n the staged optimum is Checkmate's fixed-order optimum; with C_v = 2 it is
@@ -181,10 +182,10 @@ def test_multi_output_nodes_are_one_block(seed: int) -> None:
 
 
 def test_integer_costs_keep_ratios() -> None:
-    assert MM._integer_costs([2.0, 4.0, 6.0]) == ([1, 2, 3], 2.0)
-    ints, unit = MM._integer_costs([0.5, 0.25, 1.0])
+    assert MM.integer_costs([2.0, 4.0, 6.0]) == ([1, 2, 3], 2.0)
+    ints, unit = MM.integer_costs([0.5, 0.25, 1.0])
     assert ints == [2, 1, 4] and unit == pytest.approx(0.25)
-    ints, unit = MM._integer_costs([1 / 3, 2 / 3, 1.0])
+    ints, unit = MM.integer_costs([1 / 3, 2 / 3, 1.0])
     assert [i * unit for i in ints] == pytest.approx([1 / 3, 2 / 3, 1.0], rel=1e-5)
 
 
@@ -241,9 +242,9 @@ def test_repair_and_lower_peak_give_valid_starts(seed: int) -> None:
     unit_mem = reduce(math.gcd, [x for x in view.mem + view.workspace if x > 0], 0) or 1
     base = baseline(g)
     needed = [i for i in range(len(view)) if view.needed[i]]
-    w, _ = MM._integer_costs([view.cost[i] for i in needed])
+    w, _ = MM.integer_costs([view.cost[i] for i in needed])
     cap = (int(0.8 * base.peak_memory) - view.resident) // unit_mem
-    m = MM._build(view, cap, unit_mem, w, 2, True, "literals")
+    m = MM.build_model(view, cap, unit_mem, w, 2, True, "literals")
     rng = random.Random(seed)
     seq: list[int] = []
     for k in range(len(m.nodes)):  # input order, with random recomputations of earlier nodes
@@ -254,16 +255,16 @@ def test_repair_and_lower_peak_give_valid_starts(seed: int) -> None:
     ids = view.ids
 
     def check(s: list[int]) -> int:
-        ivs = MST._map_sequence(m, s)
-        assert ivs is not None and MST._fits(m, ivs)
+        ivs = MST.map_sequence(m, s)
+        assert ivs is not None and MST.within_copies(m, ivs)
         sim = simulate(g, steps_from_sequence(g, [ids[m.nodes[k]] for k in s]))
-        peak = MST._folded_peak(m, ivs)
+        peak = MST.folded_peak(m, ivs)
         assert sim.peak_memory <= peak * unit_mem + view.resident
         return peak
 
-    fixed = MST._repair(m, seq, cap)
+    fixed = MST.repair_sequence(m, seq, cap)
     assert fixed is not None
     peak = check(fixed)
     target = int(0.99 * peak)  # a start 1% over its budget, as greedy's repaired ones are
-    lowered = MST._lower_peak(m, fixed, target, None, MS.LOWER_STEPS)
+    lowered = MST.lower_peak(m, fixed, target, None, MS.LOWER_STEPS)
     assert lowered is not None and check(lowered) <= target

@@ -11,13 +11,13 @@ from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, baseline_steps, peak_lower_bound, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.xengine.baselines import RELAX, single_device_candidates
-from remat_cli.solvers.xengine.placement import _score, evaluate, improve_placement
+from remat_cli.solvers.xengine.placement import evaluate, improve_placement, placement_score
 from remat_cli.solvers.xengine.problem import single_device_graph
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_fast_score_is_the_simulators(seed: int) -> None:
-    """The search ranks placements by _score; it must be the simulator's (over, cost)."""
+    """The search ranks placements by placement_score; it must be the simulator's (over, cost)."""
     rng = random.Random(seed)
     g0 = G.unet(depth=2, convs=2, seed=seed) if seed % 2 else G.transformer(2, seed=seed)
     g = synthetic_devices(g0, speedup=rng.choice([2.0, 10.0]), memory_fraction=rng.choice([0.2, 0.5]))
@@ -27,7 +27,7 @@ def test_fast_score_is_the_simulators(seed: int) -> None:
     for _ in range(20):
         dev = [rng.choice(["cpu", "accel"]) for _ in seq]
         over, cost, _ = evaluate(g, seq, dev, budgets)
-        assert _score(g, seq, dev, budgets) == pytest.approx((over, cost), rel=1e-12, abs=1e-9)
+        assert placement_score(g, seq, dev, budgets) == pytest.approx((over, cost), rel=1e-12, abs=1e-9)
 
 
 def test_relaxed_starts_are_greedy_above_the_budget_and_no_baselines() -> None:

@@ -12,6 +12,7 @@ import click
 from remat_cli.cli import (
     compare,
     convert,
+    deploy,
     export_torch,
     generate,
     info,
@@ -52,6 +53,8 @@ for _command in (
     compare.compare,
     generate.generate,
     run_schedule.run_command,
+    deploy.optimize_command,
+    deploy.apply_command,
     export_torch.export_torch_command,
     profile.profile_command,
     sweep.sweep_command,

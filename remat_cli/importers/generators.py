@@ -6,6 +6,9 @@
 - `unet`: a U-Net-style training graph (encoder, decoder, long skips).
 - `transformer`: a transformer-encoder-like training graph (attention + MLP blocks, residuals).
 
+Nodes of `linear`, `unet` and `transformer` carry module scopes as an exporter records them
+(``layers.3``, ``downs.1``; a backward node its forward node's), so per-block solvers apply.
+
 Training graphs are built from a forward DAG by `training_graph`, which adds the loss and one
 backward node per forward node that reads the output gradients of its successors and the
 activations its own derivative needs (its inputs and its output), as reverse-mode autodiff does.
@@ -28,9 +31,12 @@ class Forward:
     preds: list[list[int]] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     costs: list[float] = field(default_factory=list)
+    #: the module each node belongs to (``Node.scope``), as an exporter records it
+    scopes: list[str | None] = field(default_factory=list)
 
-    def add(self, name: str, preds: list[int], size: int, cost: float) -> int:
+    def add(self, name: str, preds: list[int], size: int, cost: float, scope: str | None = None) -> int:
         self.names.append(name)
+        self.scopes.append(scope)
         self.preds.append(preds)
         self.sizes.append(int(size))
         self.costs.append(float(cost))
@@ -56,7 +62,16 @@ def training_graph(fw: Forward, name: str, input_size: int, param_size: int = 0)
             values.append(Value(id=f"w{k}", size=param_size, role="parameter"))
             ins.append(f"w{k}")
         values.append(Value(id=act(k), size=fw.sizes[k]))
-        nodes.append(Node(id=fw.names[k], inputs=ins, outputs=[act(k)], cost=fw.costs[k], phase="forward"))
+        nodes.append(
+            Node(
+                id=fw.names[k],
+                inputs=ins,
+                outputs=[act(k)],
+                cost=fw.costs[k],
+                phase="forward",
+                scope=fw.scopes[k],
+            )
+        )
     sinks = [k for k in range(n) if not succs[k]]
     values.append(Value(id="loss", size=4))
     nodes.append(Node(id="loss", inputs=[act(k) for k in sinks], outputs=["loss"], cost=1.0, phase="loss"))
@@ -73,6 +88,7 @@ def training_graph(fw: Forward, name: str, input_size: int, param_size: int = 0)
                 cost=2.0 * fw.costs[k],
                 phase="backward",
                 grad_of=fw.names[k],
+                scope=fw.scopes[k],
             )
         )
         if not fw.preds[k]:
@@ -86,7 +102,7 @@ def linear(n: int = 8, seed: int = 0, size: int | None = None) -> Graph:
     fw = Forward()
     for k in range(n):
         s = size if size is not None else int(rng.integers(1, 11)) * 1000
-        fw.add(f"f{k}", [k - 1] if k else [], s, float(rng.integers(1, 11)))
+        fw.add(f"f{k}", [k - 1] if k else [], s, float(rng.integers(1, 11)), scope=f"layers.{k}")
     return training_graph(fw, f"linear_n{n}_s{seed}", input_size=size or 1000)
 
 
@@ -148,23 +164,23 @@ def unet(depth: int = 3, convs: int = 2, seed: int = 0, base: int = 64_000) -> G
     prev = -1
     skips = []
 
-    def conv(name: str, preds: list[int], size: int) -> int:
-        return fw.add(name, preds, size, float(size) / 1000 * (1 + rng.random()))
+    def conv(name: str, preds: list[int], size: int, scope: str) -> int:
+        return fw.add(name, preds, size, float(size) / 1000 * (1 + rng.random()), scope)
 
     for d in range(depth):
         size = base // (2**d)
         for c in range(convs):
-            prev = conv(f"down{d}_conv{c}", [prev] if prev >= 0 else [], size)
+            prev = conv(f"down{d}_conv{c}", [prev] if prev >= 0 else [], size, f"downs.{d}")
         skips.append(prev)
-        prev = conv(f"down{d}_pool", [prev], size // 4)
+        prev = conv(f"down{d}_pool", [prev], size // 4, f"downs.{d}")
     for c in range(convs):
-        prev = conv(f"mid_conv{c}", [prev], base // (2**depth))
+        prev = conv(f"mid_conv{c}", [prev], base // (2**depth), "mid")
     for d in reversed(range(depth)):
         size = base // (2**d)
-        prev = conv(f"up{d}_upsample", [prev], size)
-        prev = conv(f"up{d}_concat", [prev, skips[d]], 2 * size)
+        prev = conv(f"up{d}_upsample", [prev], size, f"ups.{d}")
+        prev = conv(f"up{d}_concat", [prev, skips[d]], 2 * size, f"ups.{d}")
         for c in range(convs):
-            prev = conv(f"up{d}_conv{c}", [prev], size)
+            prev = conv(f"up{d}_conv{c}", [prev], size, f"ups.{d}")
     return training_graph(fw, f"unet_d{depth}_c{convs}_s{seed}", input_size=base // 4, param_size=100)
 
 
@@ -173,12 +189,14 @@ def transformer(layers: int = 4, seed: int = 0, hidden: int = 32_000) -> Graph:
     projection (+residual), norm → MLP up → activation → MLP down (+residual)."""
     rng = np.random.default_rng(seed)
     fw = Forward()
-    h = fw.add("embed", [], hidden, 1.0)
+    h = fw.add("embed", [], hidden, 1.0, scope="embed")
+    block = ""
 
     def op(name: str, preds: list[int], size: int, flops: float) -> int:
-        return fw.add(name, preds, size, flops * (0.9 + 0.2 * rng.random()))
+        return fw.add(name, preds, size, flops * (0.9 + 0.2 * rng.random()), block)
 
     for i in range(layers):
+        block = f"layers.{i}"
         n1 = op(f"l{i}_norm1", [h], hidden, 1)
         qkv = op(f"l{i}_qkv", [n1], 3 * hidden, 6)
         sc = op(f"l{i}_scores", [qkv], 2 * hidden, 4)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -110,12 +111,9 @@ def _by_type(val: Any, bools: Any, ints: Any, reals: Any, strings: Any) -> Any:
 
 
 def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left: float | None) -> MilpResult:
-    from ortools.math_opt import (
-        callback_pb2,
-        model_parameters_pb2,
-        parameters_pb2,
-        result_pb2,
-    )
+    """`model` solved by `backend` through MathOpt, with the settings `s` within `time_left`
+    seconds; the engine's termination, solution, bound and (first-order LPs) dual as a result."""
+    from ortools.math_opt import parameters_pb2, result_pb2
     from ortools.math_opt.core.python import solver
 
     relax = s.relax
@@ -123,6 +121,38 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
         backend = "highs"  # SCIP's LP goes through SoPlex-less gscip; HiGHS is the LP engine here
     t_build = time.monotonic()
     proto = model_proto(model, relax=relax)
+    params = _solve_parameters(model, s, backend, time_left, t_build)
+    mparams = _model_parameters(model, s)
+    t0 = time.monotonic()
+    best = [math.inf]
+    reg, cb = _callback(model, s, backend, t0, best)
+    init = parameters_pb2.SolverInitializerProto()
+    try:
+        raw = solver.solve(
+            proto,
+            parameters_pb2.SolverTypeProto.Value(_MATHOPT_TYPES[backend]),
+            init,
+            params,
+            mparams,
+            _log_reader(s, backend, t0),
+            reg,
+            cb,
+            None,
+        )
+    except Exception as e:  # StatusNotOk from the C++ layer: the engine refused the model
+        raise EngineError(str(e).splitlines()[0][:300]) from e
+    r = raw if isinstance(raw, result_pb2.SolveResultProto) else result_pb2.SolveResultProto.FromString(raw)
+    return _result(model, s, backend, r, best[0])
+
+
+def _solve_parameters(
+    model: LinearModel, s: EngineSettings, backend: str, time_left: float | None, t_build: float
+) -> Any:
+    """The engine's SolveParametersProto: time limit (less the model's build and load), threads,
+    seed, gaps, LP algorithm and the engine's own options."""
+    from ortools.math_opt import parameters_pb2
+
+    relax = s.relax
     params = parameters_pb2.SolveParametersProto()
     if time_left is not None:
         # the engines' clocks start after they have loaded the model, which for SCIP takes
@@ -153,6 +183,12 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
     if not relax:
         params.relative_gap_tolerance = s.rel_gap
         params.absolute_gap_tolerance = 1e-9
+    _engine_options(params, s, backend)
+    return params
+
+
+def _engine_options(params: Any, s: EngineSettings, backend: str) -> None:
+    """The engine-specific options of `s` (``engine_options[backend]``) set on `params`."""
     for key, val in s.engine_options.get(backend, {}).items():
         if backend == "highs":
             h = params.highs
@@ -171,16 +207,32 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
                 setattr(crit, key, float(val))
             else:
                 setattr(params.pdlp, key, val)
+
+
+def _model_parameters(model: LinearModel, s: EngineSettings) -> Any:
+    """The ModelSolveParametersProto: the hint (MIP only) as a solution hint."""
+    from ortools.math_opt import model_parameters_pb2
+
+    relax = s.relax
     mparams = model_parameters_pb2.ModelSolveParametersProto()
     if s.hint is not None and not relax:
         h = mparams.solution_hints.add()
         h.variable_values.ids.extend(range(model.num_vars))
         h.variable_values.values.extend(np.asarray(s.hint, dtype=float).tolist())
 
-    t0 = time.monotonic()
+    return mparams
+
+
+def _callback(
+    model: LinearModel, s: EngineSettings, backend: str, t0: float, best: list[float]
+) -> tuple[Any, Any]:
+    """The callback registration and callback: CP-SAT's MIP solutions reported to `s`'s
+    on_solution/on_progress (`best` holds the best objective reported)."""
+    from ortools.math_opt import callback_pb2
+
+    relax = s.relax
     reg = callback_pb2.CallbackRegistrationProto()
     cb = None
-    best = [math.inf]
     # SCIP's MathOpt event handler logs C-level errors on registration; CP-SAT reports cleanly
     if backend == "cpsat" and not relax and (s.on_solution or s.on_progress):
         reg.request_registration.append(callback_pb2.CALLBACK_EVENT_MIP_SOLUTION)
@@ -205,6 +257,13 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
                     }
                 )
             return callback_pb2.CallbackResultProto()
+
+    return reg, cb
+
+
+def _log_reader(s: EngineSettings, backend: str, t0: float) -> Callable[[list[str]], None]:
+    """The engine's log lines to `s`'s on_log, and SCIP's and HiGHS's node tables to its
+    on_progress."""
 
     def on_lines(lines: list[str]) -> None:
         for line in lines:
@@ -237,22 +296,14 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
                         }
                     )
 
-    init = parameters_pb2.SolverInitializerProto()
-    try:
-        raw = solver.solve(
-            proto,
-            parameters_pb2.SolverTypeProto.Value(_MATHOPT_TYPES[backend]),
-            init,
-            params,
-            mparams,
-            on_lines,
-            reg,
-            cb,
-            None,
-        )
-    except Exception as e:  # StatusNotOk from the C++ layer: the engine refused the model
-        raise EngineError(str(e).splitlines()[0][:300]) from e
-    r = raw if isinstance(raw, result_pb2.SolveResultProto) else result_pb2.SolveResultProto.FromString(raw)
+    return on_lines
+
+
+def _result(model: LinearModel, s: EngineSettings, backend: str, r: Any, best: float) -> MilpResult:
+    """The MilpResult of the engine's SolveResultProto `r`."""
+    from ortools.math_opt import result_pb2
+
+    relax = s.relax
     reason = result_pb2.TerminationReasonProto.Name(r.termination.reason).removeprefix("TERMINATION_REASON_")
     x = None
     obj = None
@@ -297,7 +348,7 @@ def solve_mathopt(model: LinearModel, s: EngineSettings, backend: str, time_left
         msg = (msg + " " if msg else "") + r.termination.detail[:200]
     if first_order and status == "feasible":
         msg = (msg + "; " if msg else "") + "approximate LP point"
-    if x is not None and s.on_solution is not None and obj is not None and obj < best[0] - 1e-12:
+    if x is not None and s.on_solution is not None and obj is not None and obj < best - 1e-12:
         s.on_solution(x, obj)
     return MilpResult(
         status=status,

@@ -8,6 +8,7 @@ remat node per ONNX node, ``source = [id]`` with ids from
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,10 @@ from remat_cli.schedule import Step
 _INDEXING = {"Gather": (0, 1), "GatherElements": (0, 1), "ScatterElements": (0, 1), "ScatterND": (0, 1)}
 #: ops an integer input can pass through on its way to an indexing op (Where: ignore_index masks)
 _PASS_THROUGH = VIEW_OPS | {"Cast", "Expand", "Slice", "Transpose", "Concat", "Where"}
+
+
+#: the name :func:`scheduled_model` gives a recomputation's copy of a node
+REMAT_COPY = re.compile(r"__remat\d+")
 
 
 class ModelMismatch(ValueError):
@@ -55,8 +60,17 @@ def compute_sequence(steps: Sequence[Step]) -> list[str]:
     return [s.node for s in steps if s.op == "compute" and s.node is not None]
 
 
-def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step]) -> onnx.ModelProto:
+def scheduled_model(
+    model: onnx.ModelProto,
+    graph: Graph,
+    steps: Sequence[Step],
+    names: dict[tuple[int, str], str] | None = None,
+) -> onnx.ModelProto:
     """`model` rewritten so that its node list *is* the schedule's compute sequence.
+
+    `names`, where given, receives (index in `steps` of a compute step, tensor) -> the name the
+    rewritten model gives that production of the tensor (memory plans are keyed by the former);
+    a view made again before a step is keyed by that step.
 
     Each recomputation is a copy of the ONNX node whose outputs get new names
     (``<tensor>__remat<k>``); every later node reads the newest copy. The last production of
@@ -68,6 +82,7 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
     """
     table = node_table(model, graph)
     seq = compute_sequence(steps)
+    at = [i for i, s in enumerate(steps) if s.op == "compute" and s.node is not None]
     taken = {t for n in model.graph.node for t in (*n.input, *n.output)}
     taken |= {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
     last_production: dict[str, int] = {}
@@ -109,9 +124,13 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
         if made_from[t] != current.get(proto.input[0], proto.input[0]):
             out = _fresh(f"{t}__view", taken)
             emit(proto, _fresh(f"{proto.name or t}__view", taken), [out])
+            if names is not None and step:  # the view made again before the compute step[0]
+                names[(step[0], t)] = out
 
+    step: list[int] = []
     for k, nid in enumerate(seq):
         proto = table[nid]
+        step[:] = [at[k]]
         for t in proto.input:
             if t:
                 refresh(t)
@@ -124,6 +143,8 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
             t if (not t or last_production[t] == k) else _fresh(f"{t}__remat{r}", taken) for t in proto.output
         ]
         emit(proto, name, outs)
+        if names is not None:
+            names.update({(at[k], t): o for t, o in zip(proto.output, outs, strict=True) if t})
     _drop_unread_optional_outputs(nodes, {o.name for o in model.graph.output}, model)
     nodes = _release_unread_outputs(nodes, {o.name for o in model.graph.output}, taken)
     out = onnx.ModelProto()
@@ -135,6 +156,22 @@ def scheduled_model(model: onnx.ModelProto, graph: Graph, steps: Sequence[Step])
         if o.name in view_of and current.get(o.name) != o.name:
             raise ModelMismatch(f"graph output {o.name!r} is a view whose base was recomputed after it")
     return out
+
+
+def recomputed_copies(model: onnx.ModelProto) -> int:
+    """Recomputations in `model`: nodes beyond the first of each group that
+    :func:`scheduled_model` named ``<node>`` and ``<node>__remat<k>``. In onnxruntime's
+    optimized graph too: a merge (common subexpression elimination) leaves one node of a group,
+    and its rewrites keep the names of the nodes they leave alone."""
+    names = [n.name for n in model.graph.node if n.name and not _helper(n.name)]
+    groups = Counter(REMAT_COPY.sub("", name) for name in names)
+    marked = {REMAT_COPY.sub("", name) for name in names if REMAT_COPY.search(name)}
+    return sum(groups[g] - 1 for g in marked)
+
+
+def _helper(name: str) -> bool:
+    """A node the rewrite adds (a view made again, a Shape that releases an unread output)."""
+    return name.endswith("__release") or "__view" in name
 
 
 def _drop_unread_optional_outputs(

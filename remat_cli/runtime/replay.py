@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,12 @@ from remat_cli.runtime.model import (
     ModelMismatch,
     feed_names,
     make_inputs,
+    recomputed_copies,
     scheduled_model,
     seed_random_ops,
 )
 from remat_cli.runtime.report import (
+    Measured,
     Mode,
     Provider,
     RunReport,
@@ -46,57 +49,26 @@ from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps
 __all__ = ["ModelMismatch", "ModelRejected", "RunFailed", "RunReport", "RuntimeUnavailable", "run_schedule"]
 
 
-def run_schedule(
-    model_path: str | Path,
-    graph: Graph,
-    schedule: Schedule,
-    *,
-    provider: Provider = "cpu",
-    mode: Mode = "session",
-    repeat: int = 5,
-    warmup: int = 1,
-    inputs: Mapping[str, np.ndarray] | None = None,
-    seed: int = 0,
-    threads: int = 1,
-    check_order: bool = True,
-) -> RunReport:
-    """Replay `schedule` (made for `graph`, the import of `model_path`) and the unscheduled
-    model the same way; measure both; compare their outputs.
+@dataclass
+class Prepared:
+    """The model as the replay runs it: upgraded to opset 13, at an IR version this onnxruntime
+    loads, random ops seeded; `loaded` is the file as read."""
 
-    `inputs` overrides the seeded random data for some or all graph inputs. `threads` is the
-    intra-op thread count: 1 by default because onnxruntime's ScatterND/ScatterElements with
-    ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
-    Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch (the
-    schedule's steps do not fit the graph, or the graph's nodes are not the model's), RunFailed
-    (onnxruntime failed, e.g. a kernel it lacks), ModelRejected (the model itself does not load
-    in onnxruntime).
-    """
-    if provider not in ("cpu", "cuda"):
-        raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
-    if mode not in ("session", "interpret"):
-        raise ValueError(f"unknown mode {mode!r} (session or interpret)")
-    if graph.devices:  # several devices (XEngine): each node on its device's provider
-        if mode != "interpret":
-            raise ValueError(
-                "a schedule on several devices replays in interpret mode only (--mode interpret): "
-                "one session per node is what lets each node run on its own device"
-            )
-        from remat_cli.runtime.devices import run_on_devices
+    path: Path
+    loaded: onnx.ModelProto
+    model: onnx.ModelProto
+    old_opset: int | None
+    ir_lowered: bool
+    seeded: int
 
-        kw = {"repeat": repeat, "warmup": warmup, "inputs": inputs, "seed": seed, "threads": threads}
-        return run_on_devices(model_path, graph, schedule, provider=provider, **kw)
-    notes: list[str] = []
-    original: dict[str, np.ndarray] | None = None
-    if schedule.graph.sha256 != graph.sha256():
-        # Costs enter the hash, and measured (profile) costs differ between imports; the
-        # steps must still be valid for this graph, which simulate() checks.
-        notes.append(
-            "the graph's hash differs from the schedule's (other import options or cost model?): "
-            "predictions are this import's"
-        )
+
+def prepare_model(model_path: str | Path, notes: list[str]) -> Prepared:
+    """Read `model_path` for a replay (:class:`Prepared`), saying in `notes` what was changed.
+
+    A model older than opset 13 is replayed as the importer saw it (upgraded, same node ids);
+    the unscheduled run stays the original file, so the outputs are compared with it.
+    Raises ModelMismatch where the file is not an ONNX model."""
     model_path = Path(model_path)
-    # A model older than opset 13 is replayed as the importer saw it (upgraded, same node ids);
-    # the unscheduled run below stays the original file, so the outputs are compared with it.
     try:
         loaded = onnx.load(str(model_path))
     except Exception as e:  # protobuf's parse errors: e.g. a remat-graph JSON given as the model
@@ -122,110 +94,263 @@ def run_schedule(
             f"{seeded} random op(s) (e.g. Dropout) seeded from their names in both runs, so that "
             "they draw the same numbers"
         )
+    return Prepared(model_path, loaded, model, old_opset, ir_lowered, seeded)
+
+
+@dataclass
+class Job:
+    """One replay's inputs: the model, its graph and schedule, the feeds, the run's settings;
+    `notes` collects what the report says about them."""
+
+    prep: Prepared
+    graph: Graph
+    schedule: Schedule
+    feeds: dict[str, np.ndarray]
+    notes: list[str]
+    provider: Provider
+    threads: int
+    warmup: int
+    repeat: int
+
+
+@dataclass
+class Replayed:
+    """What one mode's replay measured: the schedule's run, the unscheduled one, their outputs."""
+
+    measured: Measured
+    unscheduled: Measured
+    outputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    original: dict[str, np.ndarray] | None = None
+    order_kept: bool | None = None
+    arena: dict[str, Any] | None = None
+    defaults: tuple[Measured, Measured] | None = None
+    recomputations: tuple[int, int] | None = None  #: (copies in the file, copies onnxruntime kept)
+
+
+def run_schedule(
+    model_path: str | Path,
+    graph: Graph,
+    schedule: Schedule,
+    *,
+    provider: Provider = "cpu",
+    mode: Mode = "session",
+    repeat: int = 5,
+    warmup: int = 1,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    check_order: bool = True,
+    ort_defaults: bool | None = None,
+) -> RunReport:
+    """Replay `schedule` (made for `graph`, the import of `model_path`) and the unscheduled
+    model the same way; measure both; compare their outputs.
+
+    `inputs` overrides the seeded random data for some or all graph inputs. `threads` is the
+    intra-op thread count: 1 by default because onnxruntime's ScatterND/ScatterElements with
+    ``reduction=add`` (embedding and max-pool gradients) lose updates with more threads.
+    `ort_defaults` also measures the rewritten and the unscheduled model under onnxruntime's
+    default session settings, common subexpression elimination off (default: in session mode
+    on the CPU). Raises RuntimeUnavailable (no GPU / onnxruntime-gpu, not Linux), ModelMismatch
+    (the schedule's steps do not fit the graph, or the graph's nodes are not the model's),
+    RunFailed (onnxruntime failed, e.g. a kernel it lacks), ModelRejected (the model itself
+    does not load in onnxruntime).
+    """
+    if provider not in ("cpu", "cuda"):
+        raise ValueError(f"unknown provider {provider!r} (cpu or cuda)")
+    if mode not in ("session", "interpret"):
+        raise ValueError(f"unknown mode {mode!r} (session or interpret)")
+    kw = {"repeat": repeat, "warmup": warmup, "inputs": inputs, "seed": seed, "threads": threads}
+    if graph.devices:  # several devices (XEngine): each node on its device's provider
+        if mode != "interpret":
+            raise ValueError(
+                "a schedule on several devices replays in interpret mode only (--mode interpret): "
+                "one session per node is what lets each node run on its own device"
+            )
+        from remat_cli.runtime.devices import run_on_devices
+
+        return run_on_devices(model_path, graph, schedule, provider=provider, **kw)
+    notes: list[str] = []
+    if schedule.graph.sha256 != graph.sha256():
+        # Costs enter the hash, and measured (profile) costs differ between imports; the
+        # steps must still be valid for this graph, which simulate() checks.
+        notes.append(
+            "the graph's hash differs from the schedule's (other import options or cost model?): "
+            "predictions are this import's"
+        )
+    prep = prepare_model(model_path, notes)
     try:
         sim = simulate(graph, schedule.steps)
     except ScheduleError as e:
         raise ModelMismatch(f"the schedule does not fit this model's graph: {e}") from None
     predicted = predicted_figures(sim, baseline(graph))
-    feeds = make_inputs(model, seed=seed, given=inputs, graph=graph)
+    feeds = make_inputs(prep.model, seed=seed, given=inputs, graph=graph)
     if threads == 1:
         notes.append("one intra-op thread (ScatterND/ScatterElements add-reductions are not exact on more)")
-    order_kept: bool | None = None
-    arena_report: dict[str, Any] | None = None
+    if ort_defaults is None:
+        ort_defaults = mode == "session" and provider == "cpu"
+    job = Job(prep, graph, schedule, feeds, notes, provider, threads, warmup, repeat)
+    got = _interpret_mode(job) if mode == "interpret" else _session_mode(job, check_order)
+    if ort_defaults:
+        got.defaults, got.recomputations = _defaults(job)
+    compared = _match_outputs(got, prep.model, provider, notes)
+    fields = dict(provider=provider, mode=mode, threads=threads, seed=seed, repeat=repeat, warmup=warmup)
+    report = build_report(
+        RunReport,
+        prep.path,
+        graph,
+        schedule,
+        predicted,
+        got.measured,
+        got.unscheduled,
+        compared,
+        notes,
+        order_kept=got.order_kept,
+        arena=got.arena,
+        **fields,
+    )
+    if got.defaults is not None and got.recomputations is not None:
+        report.ort_defaults, report.ort_defaults_unscheduled = got.defaults
+        report.recomputations, report.recomputations_kept = got.recomputations
+    return report
+
+
+def _interpret_mode(job: Job) -> Replayed:
+    """One session per node: the schedule and the baseline steps, alternating; with a memory
+    plan on the CPU also the replay inside one arena."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
     resident = graph.resident_bytes
-    if mode == "interpret":
+    try:
+        engine = interp.Interpreter(prep.model, graph, provider=provider, threads=threads)
+        run, ref = interp.interpret(
+            engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
+        )
+    except RunFailed:
+        _blame_model(prep.path, prep.loaded, threads)
+        raise
+    got = Replayed(
+        measured_figures(run.peak_memory, run.times, run.cpu_times, resident, exact=True),
+        measured_figures(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True),
+        run.outputs,
+        ref.outputs,
+    )
+    if prep.old_opset is not None:  # the original model too, not only the upgraded baseline
+        fitted = fit_ir_version(prep.loaded)
+        source = str(prep.path) if fitted is prep.loaded else fitted.SerializeToString()
+        got.original = _run_original(source, feeds, threads)
+    notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
+    if schedule.memory_plan is not None and provider == "cpu":
+        got.arena = _arena_check(engine, schedule, feeds, ref.outputs, prep.model)
+    return got
+
+
+def _session_mode(job: Job, check_order: bool) -> Replayed:
+    """The rewritten model and the unscheduled one, each in one session under remat's replay
+    settings; a profiled run checks that onnxruntime kept the schedule's node order."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
+    resident = graph.resident_bytes
+    with tempfile.TemporaryDirectory(prefix="remat-run-") as tmp:
+        d = Path(tmp)
+        sched_path, ref_path = _write_models(prep, graph, schedule, feeds, d)
         try:
-            engine = interp.Interpreter(model, graph, provider=provider, threads=threads)
-            run, ref = interp.interpret(
-                engine, [schedule.steps, baseline_steps(graph)], feeds, warmup=warmup, repeat=repeat
+            run_m, ref_m = session.measure(
+                [(sched_path, d / "scheduled_out.npz"), (ref_path, d / "unscheduled_out.npz")],
+                d / "inputs.npz",
+                provider=provider,
+                threads=threads,
+                warmup=warmup,
+                repeat=repeat,
+                check_order=[check_order, False],
             )
         except RunFailed:
-            _blame_model(model_path, loaded, threads)
+            _blame_model(prep.path, prep.loaded, threads)
             raise
-        measured = measured_figures(run.peak_memory, run.times, run.cpu_times, resident, exact=True)
-        unscheduled = measured_figures(ref.peak_memory, ref.times, ref.cpu_times, resident, exact=True)
-        out_a, out_b = run.outputs, ref.outputs
-        if old_opset is not None:  # the original model too, not only the upgraded baseline
-            fitted = fit_ir_version(loaded)
-            source = str(model_path) if fitted is loaded else fitted.SerializeToString()
-            original = _run_original(source, feeds, threads)
-        notes.append("interpret mode: peak is the exact sum of live tensor bytes, views counted as 0")
-        if schedule.memory_plan is not None and provider == "cpu":
-            arena_report = _arena_check(engine, schedule, feeds, ref.outputs, model)
-    else:
-        with tempfile.TemporaryDirectory(prefix="remat-run-") as tmp:
-            d = Path(tmp)
-            np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(model)})
-            sched_path = d / "scheduled.onnx"
-            onnx.save(scheduled_model(model, graph, schedule.steps), str(sched_path))
-            ref_path = model_path
-            if seeded or ir_lowered:  # the same seeds, a loadable IR version
-                ref_path = d / "unscheduled.onnx"
-                onnx.save(model, str(ref_path))
-            try:
-                run_m, ref_m = session.measure(
-                    [(sched_path, d / "scheduled_out.npz"), (ref_path, d / "unscheduled_out.npz")],
-                    d / "inputs.npz",
-                    provider=provider,
-                    threads=threads,
-                    warmup=warmup,
-                    repeat=repeat,
-                    check_order=[check_order, False],
-                )
-            except RunFailed:
-                _blame_model(model_path, loaded, threads)
-                raise
-            out_a = _load(d / "scheduled_out.npz")
-            out_b = _load(d / "unscheduled_out.npz")
-        measured = measured_figures(
-            run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False
+        got = Replayed(
+            measured_figures(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
+            measured_figures(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
+            _load(d / "scheduled_out.npz"),
+            _load(d / "unscheduled_out.npz"),
         )
-        unscheduled = measured_figures(
-            ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False
+    if run_m.executed is not None:
+        got.order_kept = run_m.executed == _expected_names(prep.model, graph, schedule)
+        if not got.order_kept:
+            notes.append("onnxruntime did not run the schedule's node order: the measurement is not valid")
+    where = "what the CUDA arena reserved on the device" if provider == "cuda" else "process high-water mark"
+    notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
+    return got
+
+
+def _write_models(
+    prep: Prepared, graph: Graph, schedule: Schedule, feeds: Mapping[str, np.ndarray], d: Path
+) -> tuple[Path, Path]:
+    """inputs.npz, the rewritten model and the unscheduled one (the file itself, unless seeds
+    or a lowered IR version changed it) in `d`: (rewritten, unscheduled)."""
+    np.savez(d / "inputs.npz", **{k: feeds[k] for k in feed_names(prep.model)})
+    sched_path = d / "scheduled.onnx"
+    onnx.save(scheduled_model(prep.model, graph, schedule.steps), str(sched_path))
+    ref_path = prep.path
+    if prep.seeded or prep.ir_lowered:  # the same seeds, a loadable IR version
+        ref_path = d / "unscheduled.onnx"
+        onnx.save(prep.model, str(ref_path))
+    return sched_path, ref_path
+
+
+def _defaults(job: Job) -> tuple[tuple[Measured, Measured], tuple[int, int]]:
+    """The rewritten and the unscheduled model under onnxruntime's defaults (CSE off), and
+    how many recomputed copies its optimized graph kept."""
+    prep, graph, schedule, feeds, notes = job.prep, job.graph, job.schedule, job.feeds, job.notes
+    provider, threads, warmup, repeat = job.provider, job.threads, job.warmup, job.repeat
+    if provider != "cpu":
+        raise RuntimeUnavailable("onnxruntime's defaults are measured on the CPU only")
+    resident = graph.resident_bytes
+    with tempfile.TemporaryDirectory(prefix="remat-defaults-") as tmp:
+        d = Path(tmp)
+        sched_path, ref_path = _write_models(prep, graph, schedule, feeds, d)
+        opt = d / "scheduled.ort.onnx"
+        run_m, ref_m = session.measure(
+            [(sched_path, d / "s.npz"), (ref_path, d / "u.npz")],
+            d / "inputs.npz",
+            threads=threads,
+            warmup=warmup,
+            repeat=repeat,
+            settings=["defaults", "defaults"],
+            optimized=[opt, None],
         )
-        if run_m.executed is not None:
-            expected = _expected_names(model, graph, schedule)
-            order_kept = run_m.executed == expected
-            if not order_kept:
-                notes.append(
-                    "onnxruntime did not run the schedule's node order: the measurement is not valid"
-                )
-        where = (
-            "what the CUDA arena reserved on the device" if provider == "cuda" else "process high-water mark"
-        )
-        notes.append(f"session mode: peak = {where} above the pre-run baseline + resident bytes ({resident})")
+        copies = recomputed_copies(onnx.load(str(sched_path), load_external_data=False))
+        kept = recomputed_copies(onnx.load(str(opt), load_external_data=False))
+    notes.append(
+        "ORT defaults: every graph optimization but common subexpression elimination, arena and "
+        "memory pattern on, onnxruntime's own order; peak = high-water mark over all runs above the "
+        "resident bytes before the first (the arena keeps what a run took) + resident bytes"
+    )
+    measured = (
+        measured_figures(run_m.peak_above_baseline, run_m.times, run_m.cpu_times, resident, exact=False),
+        measured_figures(ref_m.peak_above_baseline, ref_m.times, ref_m.cpu_times, resident, exact=False),
+    )
+    return measured, (copies, kept)
+
+
+def _match_outputs(
+    got: Replayed, model: onnx.ModelProto, provider: Provider, notes: list[str]
+) -> tuple[bool, float, list[str]]:
+    """The schedule's outputs against the unscheduled run's (bitwise on the CPU), and against
+    the original model's where it was run too."""
     names = [o.name for o in model.graph.output]
     exact = provider == "cpu"
-    match, diff, bad = compare_outputs(out_a, out_b, names, exact=exact)
-    if original is not None:
+    match, diff, bad = compare_outputs(got.outputs, got.reference, names, exact=exact)
+    if got.original is not None:
         # One-node sessions round differently from the whole model's (e.g. Conv pre-packs its
         # constant weights), so the original is matched within tolerance, the baseline exactly.
-        match_o, diff_o, bad_o = compare_outputs(out_a, original, names, exact=False)
+        match_o, diff_o, bad_o = compare_outputs(got.outputs, got.original, names, exact=False)
         match, diff, bad = match and match_o, max(diff, diff_o), bad + [n for n in bad_o if n not in bad]
         notes.append(
             "outputs also compared with the original model's run: numpy.allclose (rtol 1e-4, atol 1e-5)"
         )
     if not exact:
         notes.append("outputs compared with numpy.allclose (rtol 1e-4, atol 1e-5) on CUDA")
-    return build_report(
-        RunReport,
-        model_path,
-        graph,
-        schedule,
-        predicted,
-        measured,
-        unscheduled,
-        (match, diff, bad),
-        notes,
-        provider=provider,
-        mode=mode,
-        threads=threads,
-        seed=seed,
-        repeat=repeat,
-        warmup=warmup,
-        order_kept=order_kept,
-        arena=arena_report,
-    )
+    return match, diff, bad
 
 
 def _blame_model(model_path: Path, loaded: onnx.ModelProto, threads: int) -> None:

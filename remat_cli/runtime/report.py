@@ -64,13 +64,48 @@ class RunReport(BaseModel):
     order_kept: bool | None = None
     #: interpret mode with a memory_plan: the replay inside one arena (runtime/arena.py)
     arena: dict[str, Any] | None = None
+    #: the same rewritten model (and the unscheduled one) under onnxruntime's default session
+    #: settings with only common subexpression elimination off: what a plain deployment sees
+    ort_defaults: Measured | None = None
+    ort_defaults_unscheduled: Measured | None = None
+    #: recomputed node copies in the rewritten model, and how many of them onnxruntime's
+    #: optimized graph still holds under its defaults (fusions may absorb some)
+    recomputations: int | None = None
+    recomputations_kept: int | None = None
     notes: list[str]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=1)
 
-    def table(self) -> list[tuple[str, str, str, str]]:
-        """Rows (quantity, predicted, measured, unscheduled) for the CLI's table."""
+    def columns(self) -> list[str]:
+        """The table's column heads: the replay's, then onnxruntime's defaults where measured."""
+        heads = ["", "predicted", "scheduled run", "unscheduled run"]
+        if self.ort_defaults is not None:
+            heads += ["scheduled, ORT defaults", "unscheduled, ORT defaults"]
+        return heads
+
+    def table(self) -> list[tuple[str, ...]]:
+        """Rows (quantity, predicted, measured, unscheduled[, the same two under onnxruntime's
+        defaults]) for the CLI's table."""
+        rows = self._replay_rows()
+        d, du = self.ort_defaults, self.ort_defaults_unscheduled
+        if d is None or du is None:
+            return rows
+        p = self.predicted.peak_memory
+        extra = {
+            "peak memory": (megabytes(d.peak_memory), megabytes(du.peak_memory)),
+            "peak vs predicted": (
+                (f"{d.peak_memory / p - 1:+.1%}", f"{du.peak_memory / p - 1:+.1%}") if p else ("", "")
+            ),
+            "time": (f"{d.seconds * 1e3:.1f} ms", f"{du.seconds * 1e3:.1f} ms"),
+            "CPU time": (f"{d.cpu_seconds * 1e3:.1f} ms", f"{du.cpu_seconds * 1e3:.1f} ms"),
+            "time overhead": (f"{d.seconds / du.seconds - 1:+.1%}" if du.seconds > 0 else "", ""),
+            "recomputations kept": (f"{self.recomputations_kept} of {self.recomputations}", ""),
+        }
+        out = [(*r, *extra.get(r[0], ("", ""))) for r in rows]
+        return out + [("recomputations kept", "", "", "", *extra["recomputations kept"])]
+
+    def _replay_rows(self) -> list[tuple[str, ...]]:
         p, m, u = self.predicted, self.measured, self.unscheduled
         return [
             ("peak memory", megabytes(p.peak_memory), megabytes(m.peak_memory), megabytes(u.peak_memory)),

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import onnx
@@ -87,27 +87,48 @@ class Measurement:
     cpu_times: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     executed: list[str] | None = None  #: node names in the order onnxruntime ran them
+    #: inside a memory plan: the arena + the high-water mark of one more run above its start,
+    #: leaving out what onnxruntime allocated once, in the first run (as the replay's peaks do)
+    steady_peak: int | None = None
     provider: str = "cpu"
 
 
-def session_options(threads: int = 1, profile_prefix: str | None = None):  # -> ort.SessionOptions
-    """The options that make onnxruntime run the file's node order, node for node.
+#: how a whole-model session is set up: ``replay`` follows the file node for node (remat's
+#: measurement), ``defaults`` is what a deployment gets from ``InferenceSession(path)`` with only
+#: common subexpression elimination off (it merges every recomputation back), ``deployed`` is
+#: ``remat apply``'s model: the file's order and no optimizer (its fusions were made offline by
+#: ``remat optimize``), with onnxruntime's arena and memory pattern off.
+#: ``plan`` runs ``remat apply``'s model inside its memory plan
+#: (:class:`remat_cli.runtime.plan_executor.PlanExecutor`) with the deployed settings.
+Settings = Literal["replay", "defaults", "deployed", "plan"]
+SETTINGS: tuple[Settings, ...] = ("replay", "defaults", "deployed", "plan")
+#: the one optimizer the ``defaults`` settings switch off
+CSE = "CommonSubexpressionElimination"
 
-    ``ORT_DISABLE_ALL``: ``ORT_ENABLE_BASIC`` already merges duplicated nodes (common
-    subexpression elimination), undoing every recomputation. ``PRIORITY_BASED``: the
-    default order re-sorts the nodes. Arena and memory pattern off so freed tensors are
-    really freed; intra-op spinning off because idle spinning threads steal the cores.
+
+def session_options(
+    threads: int = 1, profile_prefix: str | None = None, settings: Settings = "replay"
+):  # -> ort.SessionOptions
+    """The options of `settings` (see :data:`Settings`).
+
+    ``replay`` and ``deployed``: ``ORT_DISABLE_ALL``, because ``ORT_ENABLE_BASIC`` already
+    merges duplicated nodes (common subexpression elimination), undoing every recomputation;
+    ``PRIORITY_BASED``, because the default order re-sorts the nodes; arena and memory pattern
+    off so freed tensors are really freed. ``defaults``: onnxruntime's own (every optimization,
+    arena, memory pattern, its own order), the thread count aside. Intra-op spinning is off in
+    all three, because idle spinning threads steal the cores.
     """
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    so.enable_cpu_mem_arena = False
-    so.enable_mem_pattern = False
-    # The planner's reuse hands a dead tensor's buffer to a later tensor of the same size,
-    # which keeps the buffer allocated through the gap between them.
-    so.enable_mem_reuse = False
+    if settings != "defaults":
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+        so.enable_cpu_mem_arena = False
+        so.enable_mem_pattern = False
+        # The planner's reuse hands a dead tensor's buffer to a later tensor of the same size,
+        # which keeps the buffer allocated through the gap between them.
+        so.enable_mem_reuse = False
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -118,6 +139,15 @@ def session_options(threads: int = 1, profile_prefix: str | None = None):  # -> 
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
     return so
+
+
+def open_session(model: str | bytes, so, providers: list, settings: Settings = "replay"):
+    """An InferenceSession of `model` with `so` (from :func:`session_options` of the same
+    `settings`): ``defaults`` switches common subexpression elimination off."""
+    import onnxruntime as ort
+
+    off = [CSE] if settings == "defaults" else []
+    return ort.InferenceSession(model, so, providers=providers, disabled_optimizers=off)
 
 
 #: onnxruntime-gpu ships the same ``onnxruntime`` module as onnxruntime: with both installed the
@@ -239,15 +269,20 @@ def _load_feeds(path: str) -> dict:
         return {k: np.require(z[k], requirements="C") for k in z.files}
 
 
-def _session(job: dict, model: str, feeds: dict):
+def _session(job: dict, model: str, feeds: dict, settings: Settings = "replay"):
     """(run, fetch, release, output names) for `model`: ``run(shrink=False)`` one run,
     ``fetch()`` its outputs as numpy arrays, ``release()`` drops them."""
     import onnxruntime as ort
 
     cuda = job["provider"] == "cuda"
+    if settings == "plan" and not cuda:
+        return _plan_session(job, model, feeds)
     providers = cuda_providers() if cuda else ["CPUExecutionProvider"]
+    so = session_options(job["threads"], settings=settings)
+    if job.get("optimized"):  # what onnxruntime made of the model, for counting what it kept
+        so.optimized_model_filepath = job["optimized"]
     try:
-        sess = ort.InferenceSession(model, session_options(job["threads"]), providers=providers)
+        sess = open_session(model, so, providers, settings)
     except Exception as e:  # onnxruntime raises its own exception types for bad models
         raise RunFailed(f"onnxruntime could not load the model: {e}") from None
     out_names = [o.name for o in sess.get_outputs()]
@@ -272,15 +307,44 @@ def _session(job: dict, model: str, feeds: dict):
     return run, fetch, release, out_names
 
 
+def _plan_session(job: dict, model: str, feeds: dict):
+    """:func:`_session`'s four for a run inside the model's memory plan."""
+    from remat_cli.runtime.plan_executor import PlanExecutor
+
+    pe = PlanExecutor(model, threads=job["threads"])
+    job["arena"] = pe.arena_bytes
+
+    def fetch() -> list:
+        return list(pe.current_outputs().values())
+
+    return lambda shrink=False: pe.run_in_place(feeds), fetch, lambda: None, pe.outputs
+
+
 def _memory_worker(job: dict) -> dict:
-    """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved."""
+    """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved.
+
+    Where memory is kept between runs — onnxruntime's arena (``defaults``), the plan's arena
+    (``plan``), glibc's heap when the mmap threshold is left as it is — the baseline is read
+    before the first run and the peak is what the runs held at most."""
     import numpy as np
 
-    lower_mmap_threshold()
+    if job.get("mmap", True):
+        lower_mmap_threshold()
     feeds = _load_feeds(job["inputs"])
     cuda = job["provider"] == "cuda"
-    run, fetch, release, out_names = _session(job, job["model"], feeds)
+    settings = job.get("settings", "replay")
+    run, fetch, release, out_names = _session(job, job["model"], feeds, settings)
     peaks: list[int] = []
+    if (settings in ("defaults", "plan") or not job.get("mmap", True)) and not cuda:
+        peaks = _held_peaks(run, release, job["warmup"] + max(job["repeat"], 1))
+        np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
+        steady = None
+        if settings == "plan":  # the arena (all of it touched by now) + what one more run adds
+            release()
+            base = reset_hwm()
+            run()
+            steady = job["arena"] + hwm() - base
+        return {"peaks": peaks, "executed": None, "steady": steady}
     try:
         # On CUDA the first run also creates library handles and loads kernels: never measure it.
         for _ in range(max(job["warmup"], 1 if cuda else 0)):
@@ -305,12 +369,26 @@ def _memory_worker(job: dict) -> dict:
     return {"peaks": peaks, "executed": executed}
 
 
+def _held_peaks(run, release, runs: int) -> list[int]:
+    """The high-water mark over `runs` runs above the resident bytes before the first: what an
+    arena took and keeps (one figure, as a list like the other peaks)."""
+    try:
+        base = reset_hwm()
+        for _ in range(runs):
+            release()
+            run()
+    except Exception as e:  # onnxruntime's own errors
+        raise RunFailed(f"onnxruntime failed while running: {e}") from None
+    return [hwm() - base]
+
+
 def _timing_worker(job: dict) -> dict:
     """Every model warmed up, then their runs alternate, so load on a shared machine hits
     all of them alike."""
-    lower_mmap_threshold()
+    if job.get("mmap", True):
+        lower_mmap_threshold()
     feeds = _load_feeds(job["inputs"])
-    runs = [_session(job, m, feeds)[0] for m in job["models"]]
+    runs = [_session(job, m, feeds, settings)[0] for m, settings in job["models"]]
     times: list[list[float]] = [[] for _ in runs]
     cpu: list[list[float]] = [[] for _ in runs]
     try:
@@ -364,15 +442,15 @@ def _executed_order(job: dict) -> list[str]:
     with np.load(job["inputs"], allow_pickle=False) as z:
         feeds = {k: z[k] for k in z.files}
     prefix = str(Path(job["outputs"]).with_suffix("")) + "_profile"
-    return executed_order(job["model"], feeds, session_options(job["threads"], profile_prefix=prefix))
+    settings = job.get("settings", "replay")
+    so = session_options(job["threads"], profile_prefix=prefix, settings=settings)
+    return executed_order(job["model"], feeds, so, settings)
 
 
-def executed_order(model: str | bytes, feeds: dict, so) -> list[str]:
+def executed_order(model: str | bytes, feeds: dict, so, settings: Settings = "replay") -> list[str]:
     """The node names onnxruntime runs, in order, read from its profiler (one run with `so`,
     which must have profiling on)."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = open_session(model, so, ["CPUExecutionProvider"], settings)
     sess.run(None, feeds)
     path = sess.end_profiling()
     events = json.loads(Path(path).read_text())
@@ -386,8 +464,9 @@ def executed_order(model: str | bytes, feeds: dict, so) -> list[str]:
 
 def _spawn(job: dict) -> dict:
     env = dict(os.environ)
-    env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
-    env["MALLOC_TRIM_THRESHOLD_"] = "0"
+    if job.get("mmap", True):
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+        env["MALLOC_TRIM_THRESHOLD_"] = "0"
     env["OMP_NUM_THREADS"] = str(job["threads"])
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -417,12 +496,26 @@ def measure(
     repeat: int = 5,
     memory_repeat: int = 1,
     check_order: list[bool] | None = None,
+    settings: list[Settings] | None = None,
+    optimized: list[str | Path | None] | None = None,
+    mmap: bool = True,
 ) -> list[Measurement]:
     """Measure session-mode runs of `models` ((model path, outputs .npz path) pairs) on the
-    same inputs: each model's peak memory in a fresh subprocess of its own (outputs saved),
-    then the times of all of them, alternating, in one more subprocess."""
-    common = {"inputs": str(inputs_path), "provider": provider, "threads": threads, "warmup": warmup}
+    same inputs, each under its `settings` (default ``replay``): each model's peak memory in a
+    fresh subprocess of its own (outputs saved; where `optimized` names a path, onnxruntime's
+    optimized model is written there), then the times of all of them, alternating, in one more
+    subprocess. `mmap` False leaves glibc's allocator as a deployment has it (freed memory it
+    may keep for reuse, where the lowered mmap threshold gives every tensor back)."""
+    common = {
+        "inputs": str(inputs_path),
+        "provider": provider,
+        "threads": threads,
+        "warmup": warmup,
+        "mmap": mmap,
+    }
     checks = check_order or [False] * len(models)
+    kinds = settings or ["replay"] * len(models)
+    written = optimized or [None] * len(models)
     memory = [
         _spawn(
             common
@@ -432,11 +525,14 @@ def measure(
                 "outputs": str(o),
                 "repeat": memory_repeat,
                 "check_order": chk,
+                "settings": kind,
+                "optimized": str(opt) if opt else None,
             }
         )
-        for (m, o), chk in zip(models, checks, strict=True)
+        for (m, o), chk, kind, opt in zip(models, checks, kinds, written, strict=True)
     ]
-    timing = _spawn(common | {"kind": "timing", "models": [str(m) for m, _ in models], "repeat": repeat})
+    pairs = [[str(m), kind] for (m, _), kind in zip(models, kinds, strict=True)]
+    timing = _spawn(common | {"kind": "timing", "models": pairs, "repeat": repeat})
     return [
         Measurement(
             seconds=statistics.median(timing["times"][k]),
@@ -445,6 +541,7 @@ def measure(
             cpu_times=timing["cpu_times"][k],
             peaks=mem["peaks"],
             executed=mem["executed"],
+            steady_peak=mem.get("steady"),
             provider=provider,
         )
         for k, mem in enumerate(memory)

@@ -4,23 +4,20 @@ complementary methods side by side and keep the best answer; Gomes & Selman, "Al
 portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel beats sequential
 splitting when run times are heavy-tailed).
 
-1. greedy runs first, in this process: it is fast (milliseconds to a few seconds), always returns
+0. The ratio construction (remat_cli/solvers/ratio) runs first, in this process, before the lane
+   processes start: a schedule within budget in seconds on deep stacks, where greedy may find
+   none within its share; its time counts in greedy's.
+1. greedy runs next, in this process: it is fast (milliseconds to a few seconds), always returns
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
-2. The rest of the time goes to two *lanes*, each a separate process with the whole remaining
-   time (the machine the tools target has 2 cores; `--lanes 1`, or one worker, runs the same
-   solvers one after the other in this process, fastsa first, splitting the time (`one_lane`);
-   `bench/auto.py --lanes-1` compares both).
-   A lane runs its solvers one after the other; one that stops early leaves its time to the next.
-   The lanes, from bench/results/auto.json (each solver alone at 60 s on the bench cells):
-   - fastsa (it may reorder the computations, so it often beats the fixed-order optima: the
-     best on torch_unet_train and torch_resnet_train at 70%), then hilp with what remains (it
-     keeps greedy's or fastsa's whole-graph schedule when cheaper than its own);
-   - beside it, checkmate (warm-started from greedy, then its local search; the best on the ONNX
-     training graphs at 50%, equal to moccasin at 70% on three of the four), then moccasin when
-     checkmate stops early without a proof. Given half of the time (a second portfolio,
-     "auto-prev2" in the results), checkmate found nothing on torch_unet_train at 50%;
-   a first one, "auto-prev" (moccasin then checkmate), lost there too: moccasin proved nothing
-   at 50% on the ONNX graphs and starved checkmate.
+2. The rest of the time goes to *lanes*, each a separate process with the whole remaining time
+   (`--lanes 1`, or one worker, runs the same solvers one after the other in this process,
+   fastsa first, splitting the time: `one_lane`). A lane runs its solvers one after the other;
+   one that stops early leaves its time to the next. The lanes (`portfolio`):
+   - fastsa, which may reorder the computations and so often beats the fixed-order optima, then
+     hilp with what remains (it keeps greedy's or fastsa's whole-graph schedule when cheaper
+     than its own);
+   - beside it, checkmate (warm-started from greedy, then its local search), then moccasin when
+     checkmate stops early without a proof.
 3. The cheapest schedule within the budget wins; when none fits, the lowest peak. Every schedule
    a lane returns is simulated here before it is compared (and again by `run_solver`).
 
@@ -48,6 +45,10 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
+#: share of the time limit (and least seconds) of the ratio construction before greedy: its first
+#: schedule comes whatever the limit, the rest refines it (a few tenths of a point) while the lanes wait
+FIRST_SHARE = 0.02
+FIRST_MIN_SECONDS = 2.0
 #: a solver is not started with less than this many seconds left
 MIN_RUN_SECONDS = 0.5
 #: the lanes' solvers are told to stop this share of the time limit early: model building and
@@ -73,6 +74,126 @@ class _Run:
     cost: float | None = None
     result: SolverResult | None = None
     note: str = ""
+
+
+class _Board:
+    """The sub-solvers' outcomes as they arrive: every schedule simulated here before it is
+    compared, and the winner (the cheapest within the budget, else the lowest peak) reported as
+    the incumbent when it changes."""
+
+    def __init__(self, graph: Graph, budget: int, options: SolveOptions) -> None:
+        self.graph = graph
+        self.budget = budget
+        self.options = options
+        self.runs: list[_Run] = []
+        self.cands: list[_Run] = []  # every schedule seen, simulated
+        self.best: list[_Run] = []  # the current winner, if any
+        self.pending: dict[str, _Run] = {}  # each lane solver's last incumbent
+        self.reported: set[str] = set()
+        self.t_lanes = time.monotonic()
+
+    def key(self, r: _Run) -> tuple:
+        assert r.peak is not None and r.cost is not None
+        return (0, r.cost, 0) if r.peak <= self.budget else (1, r.peak, r.cost)
+
+    def offer(self, r: _Run, replaces: _Run | None = None) -> None:
+        """Simulate r's steps; r joins the candidates (instead of `replaces`, its own last
+        incumbent, unless r is worse or has no steps) and the winner is updated."""
+        cands, best, key = self.cands, self.best, self.key
+        if r.steps is not None:
+            sim = simulate(self.graph, r.steps)
+            r.peak, r.cost = sim.peak_memory, sim.cost
+        if replaces is not None and replaces in cands:
+            if r.steps is None or key(r) > key(replaces):
+                return
+            cands.remove(replaces)
+        if r.steps is None:
+            return
+        cands.append(r)
+        top = min(cands, key=key)  # min keeps the first of equals: greedy, then lane order
+        if not best or top is not best[0]:
+            changed = not best or key(top) < key(best[0])
+            best[:] = [top]
+            if changed and top.peak is not None and top.peak <= self.budget:
+                # the producer first: the watchdog names it with the incumbent it keeps
+                self.options.progress(incumbent=top.cost, method=top.name)
+                self.options.incumbent(top.steps)  # type: ignore[arg-type]
+
+    def receive(self, msg: tuple) -> None:
+        """A lane's message: an incumbent, a skipped or failed solver, or its result."""
+        kind, name = msg[0], msg[1]
+        self.reported.add(name)
+        if kind == "incumbent":
+            r = _Run(name, "cut", max(0.0, time.monotonic() - self.t_lanes), list(msg[2]))
+            self.offer(r, replaces=self.pending.get(name))
+            self.pending[name] = r
+        elif kind == "skipped":
+            self.runs.append(_Run(name, "skipped", note=msg[2]))
+        elif kind == "error":
+            self.pending.pop(name, None)
+            self.runs.append(_Run(name, "error", msg[3], note=msg[2]))
+        elif kind == "done":
+            cut = self.pending.pop(name, None)
+            res: SolverResult = msg[2]
+            r = _Run(name, res.status, msg[3], res.steps, result=res)
+            self.runs.append(r)
+            self.offer(r, replaces=cut)
+
+
+def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: float) -> _Run | None:
+    """The ratio construction's schedule (remat_cli/solvers/ratio), given FIRST_SHARE of the
+    limit (at least FIRST_MIN_SECONDS): the lanes' warm start where greedy has none within the
+    budget or a dearer one."""
+    if "ratio" not in registry.names():
+        return None
+    solver = registry.get("ratio")
+    if solver.supports(graph) is not None:
+        return None
+    t0 = time.monotonic()
+
+    def first(steps: list[Step]) -> None:  # to the watchdog at once: the answer if time runs out
+        options.progress(method="ratio")
+        options.incumbent(steps)
+
+    opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
+                        params=solver.defaults(), on_incumbent=first)  # fmt: skip
+    try:
+        res = solver.solve(graph, budget, opts)
+    except Exception:  # a construction that fails leaves greedy as before
+        return None
+    if res.steps is None or res.status == "infeasible":
+        return None
+    return _Run("ratio", res.status, time.monotonic() - t0, res.steps, result=res)
+
+
+def _greedy_first(
+    graph: Graph, budget: int, options: SolveOptions, limit: float, board: _Board, spent: float = 0.0
+) -> tuple[list[Step] | None, bool]:
+    """Greedy in this process, the warm start: the hint for the lanes (the cheapest schedule
+    within budget of greedy's, the ratio construction's before it and the caller's) and whether
+    the baseline fits."""
+    greedy = registry.get("greedy")
+    t0 = time.monotonic()
+    g_opts = SolveOptions(
+        # at least a few seconds (half of a short limit): it is the answer of last resort; the
+        # ratio construction's time (`spent`) counts in its share
+        time_limit=max(MIN_RUN_SECONDS, max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)) - spent),
+        seed=options.seed,
+        workers=options.workers,
+        params=greedy.defaults(),
+    )
+    g_res = greedy.solve(graph, budget, g_opts)
+    g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
+    board.runs.append(g_run)
+    board.offer(g_run)
+    top = board.best[0] if board.best else None  # greedy's or the ratio construction's
+    hint = top.steps if top is not None and top.peak is not None and top.peak <= budget else None
+    if options.hint:
+        h_run = _Run("hint", "given", steps=list(options.hint))
+        board.offer(h_run)
+        if h_run.peak is not None and h_run.peak <= budget and (hint is None or h_run is board.best[0]):
+            hint = h_run.steps
+    return hint, g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits"
 
 
 def portfolio(graph: Graph) -> list[list[str]]:
@@ -225,106 +346,44 @@ class Auto(Solver):
         deadline = options.started + limit
         lane_deadline = deadline - MARGIN_SHARE * limit
         base = baseline(graph)
-        runs: list[_Run] = []
-        cands: list[_Run] = []  # every schedule seen, simulated
-        best: list[_Run] = []  # the current winner, if any
-
-        def key(r: _Run) -> tuple:
-            assert r.peak is not None and r.cost is not None
-            return (0, r.cost, 0) if r.peak <= budget else (1, r.peak, r.cost)
-
-        def offer(r: _Run, replaces: _Run | None = None) -> None:
-            """Simulate r's steps; r joins the candidates (instead of `replaces`, its own last
-            incumbent, unless r is worse or has no steps) and the winner is updated."""
-            if r.steps is not None:
-                sim = simulate(graph, r.steps)
-                r.peak, r.cost = sim.peak_memory, sim.cost
-            if replaces is not None and replaces in cands:
-                if r.steps is None or key(r) > key(replaces):
-                    return
-                cands.remove(replaces)
-            if r.steps is None:
-                return
-            cands.append(r)
-            top = min(cands, key=key)  # min keeps the first of equals: greedy, then lane order
-            if not best or top is not best[0]:
-                changed = not best or key(top) < key(best[0])
-                best[:] = [top]
-                if changed and top.peak is not None and top.peak <= budget:
-                    # the producer first: the watchdog names it with the incumbent it keeps
-                    options.progress(incumbent=top.cost, method=top.name)
-                    options.incumbent(top.steps)  # type: ignore[arg-type]
-
+        board = _Board(graph, budget, options)
         spec = str(options.params["portfolio"] or "")
         lanes = [[n for n in lane.split(",") if n] for lane in spec.split("/")] if spec else portfolio(graph)
         lanes = [lane for lane in lanes if lane]
         n_lanes = int(options.params["lanes"])
         parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
-        pending: dict[str, _Run] = {}
-        reported: set[str] = set()
-
-        def receive(msg: tuple) -> None:
-            kind, name = msg[0], msg[1]
-            reported.add(name)
-            if kind == "incumbent":
-                r = _Run(name, "cut", max(0.0, time.monotonic() - t_lanes), list(msg[2]))
-                offer(r, replaces=pending.get(name))
-                pending[name] = r
-            elif kind == "skipped":
-                runs.append(_Run(name, "skipped", note=msg[2]))
-            elif kind == "error":
-                pending.pop(name, None)
-                runs.append(_Run(name, "error", msg[3], note=msg[2]))
-            elif kind == "done":
-                cut = pending.pop(name, None)
-                res: SolverResult = msg[2]
-                r = _Run(name, res.status, msg[3], res.steps, result=res)
-                runs.append(r)
-                offer(r, replaces=cut)
-
-        # the lane processes start first: their imports overlap greedy's run
+        # 0. the ratio construction, alone on the machine: a schedule within budget in seconds,
+        # whatever greedy finds
+        first = first_schedule(graph, budget, options, limit)
+        # then the lane processes: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
+            if first is not None:
+                board.offer(first)
             # 1. greedy, the warm start
-            greedy = registry.get("greedy")
-            t0 = time.monotonic()
-            g_opts = SolveOptions(
-                # at least a few seconds (half of a short limit): it is the answer of last resort
-                time_limit=max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)),
-                seed=options.seed,
-                workers=options.workers,
-                params=greedy.defaults(),
+            hint, baseline_fits = _greedy_first(
+                graph, budget, options, limit, board, first.seconds if first else 0.0
             )
-            g_res = greedy.solve(graph, budget, g_opts)
-            g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
-            runs.append(g_run)
-            offer(g_run)
-            hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
-            if options.hint:
-                h_run = _Run("hint", "given", steps=list(options.hint))
-                offer(h_run)
-                if h_run.peak is not None and h_run.peak <= budget and (hint is None or h_run is best[0]):
-                    hint = h_run.steps
-            if g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits":
+            if baseline_fits:
                 lanes = []  # the baseline is the cheapest schedule: nothing to search
-
             # 2. the lanes
-            t_lanes = time.monotonic()
+            board.t_lanes = time.monotonic()
             if lane_procs is not None:
-                self._collect(lane_procs, hint if lanes else "stop", deadline, receive)
+                self._collect(lane_procs, hint if lanes else "stop", deadline, board.receive)
             else:
                 _run_lane(one_lane(lanes), graph, budget, lane_deadline, options.seed, options.workers, hint,
-                          receive, share=True)  # fmt: skip
+                          board.receive, share=True)  # fmt: skip
         finally:
             if lane_procs is not None:
                 self._stop(lane_procs)
+        runs = board.runs
         for name in sum(lanes, []):
-            if name not in reported:
+            if name not in board.reported:
                 runs.append(_Run(name, "skipped", note="no answer before the time limit"))
-        runs.extend(pending.values())  # lanes stopped at the deadline: their last incumbents
-
-        assert best, "greedy always returns steps"
-        win = best[0]
+        runs.extend(board.pending.values())  # lanes stopped at the deadline: their last incumbents
+        # 3. the cheapest schedule within the budget wins; when none fits, the lowest peak
+        assert board.best, "greedy always returns steps"
+        win = board.best[0]
         assert win.peak is not None and win.cost is not None
         ok = win.peak <= budget
         wres = win.result

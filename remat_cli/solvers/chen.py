@@ -37,7 +37,7 @@ class _TooLong(Exception):
     """A sequence grew past its cap (on-demand recomputation thrashing); the rule is skipped."""
 
 
-class _Passes:
+class Passes:
     """The forward pass, what runs after it, and the checkpoint candidates."""
 
     def __init__(self, graph: Graph):
@@ -206,7 +206,7 @@ class ChenSqrtN(Solver):
         return _NOTES
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        passes = _Passes(graph)
+        passes = Passes(graph)
         cands = passes.candidates(use_articulation=True)
         k = max(1, int(math.sqrt(len(cands))))
         checkpoints = {n for i, n in enumerate(cands) if (i + 1) % k == 0}
@@ -232,7 +232,7 @@ class ChenGreedy(Solver):
         return _NOTES
 
     def solve(self, graph: Graph, budget: int, options: SolveOptions) -> SolverResult:
-        passes = _Passes(graph)
+        passes = Passes(graph)
         total = max(1, sum(passes.out_bytes.values()))
         smallest = max(1, min((b for b in passes.out_bytes.values() if b > 0), default=1))
         count = max(2, options.params["sweep"])

@@ -29,6 +29,7 @@ from remat_cli.graph import Graph, GraphError
 from remat_cli.importers.notes import OpsetUpgraded
 from remat_cli.importers.onnx.builder import (
     GRAD_OF_KEY,
+    SCOPE_KEY,
     Builder,
     draws_random,
     grad_of_links,
@@ -71,6 +72,7 @@ from remat_cli.importers.onnx.shapes import (
 
 __all__ = [
     "GRAD_OF_KEY",
+    "SCOPE_KEY",
     "draws_random",
     "node_reads",
     "COST_MODELS",

@@ -27,6 +27,9 @@
   by ``remat export-torch`` from autograd's pairing of each backward op with the forward op it
   differentiates) gets that node as ``grad_of`` when it names a forward or loss node; other
   values are ignored (the solvers then pair from the dataflow).
+- **scope.** A node whose ONNX node carries the metadata ``remat.scope`` (written by ``remat
+  export-torch``: the path of the module that ran it, ``blocks.7.attn``) keeps it as ``scope``;
+  models from other exporters have none.
 - **Control flow.** If, Loop and Scan are single nodes: their bodies' temporaries are not
   counted and their ``flops`` cost is the elements they write.
 - **Recomputable.** False for random ops (RandomNormal[Like], RandomUniform[Like],
@@ -49,6 +52,8 @@ from remat_cli.importers.onnx.shapes import TensorType, dtype_name, shape_of, te
 
 #: ONNX node metadata naming the forward node a backward node differentiates (``grad_of``)
 GRAD_OF_KEY = "remat.grad_of"
+#: ONNX node metadata naming the module the node belongs to, e.g. ``blocks.7.attn`` (``scope``)
+SCOPE_KEY = "remat.scope"
 
 
 def onnx_node_ids(graph: GraphProto) -> list[str]:
@@ -241,6 +246,7 @@ class Builder:
                     outputs=outs,
                     source=[nid],
                     recomputable=_recomputable(n),
+                    scope=_scope(n),
                 )
             )
             infos.append(NodeInfo(k, n, reads))
@@ -276,6 +282,11 @@ def draws_random(n: NodeProto) -> bool:
 
 def _recomputable(n: NodeProto) -> bool:
     return not draws_random(n)
+
+
+def _scope(n: NodeProto) -> str | None:
+    """The module path the node's ``SCOPE_KEY`` metadata names, if any."""
+    return next((p.value for p in n.metadata_props if p.key == SCOPE_KEY and p.value), None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ def node_flops(n: NodeProto, shape: Callable[[str], list[int] | None]) -> float:
     MatMul: 2 * |Y| * K; LSTM/GRU/RNN: 2 * steps * batch * (|W| + |R|)). Pooling: |Y| *
     prod(kernel); global pooling: |X|. BatchNormalization: 4 |X| (8 in training mode);
     layer/instance/group normalisations: 8 |X| (statistics, normalise, scale, shift); Softmax:
-    5 |X|. Reductions: elements read. Views: 0. Shape/Size: 1. Everything else, elementwise ops
+    5 |X|. onnxruntime's fused contrib ops (``remat optimize``) cost what they fuse: FusedConv,
+    FusedGemm as Conv, Gemm plus |Y| for the activation; FusedMatMul as MatMul (A transposed
+    where ``transA``). Reductions: elements read. Views: 0. Shape/Size: 1. Everything else, elementwise ops
     included: elements written. Unknown shapes fall back to elements written, then to 1.
     """
     op = n.op_type
@@ -95,29 +97,31 @@ def node_flops(n: NodeProto, shape: Callable[[str], list[int] | None]) -> float:
             return 0.0
         if op in _METADATA:
             return 1.0
-        if op == "Conv" and len(ins) >= 2:
+        if op in ("Conv", "FusedConv") and len(ins) >= 2:
             w = shape(ins[1])
             if y is None or w is None:
                 return None
             bias = y if len(ins) >= 3 and ins[2] else 0
-            return 2.0 * y * math.prod(w[1:]) + bias
+            return 2.0 * y * math.prod(w[1:]) + bias + _fused(y)
         if op == "ConvTranspose" and len(ins) >= 2:
             w = shape(ins[1])
             if x is None or w is None:
                 return None
             bias = (y or 0) if len(ins) >= 3 and ins[2] else 0
             return 2.0 * x * math.prod(w[1:]) + bias
-        if op == "Gemm" and len(ins) >= 2:
+        if op in ("Gemm", "FusedGemm") and len(ins) >= 2:
             a = shape(ins[0])
             if a is None or y is None or len(a) != 2:
                 return None
             k = a[0] if _attr(n, "transA", 0) else a[1]
-            return 2.0 * y * k + (y if len(ins) >= 3 and ins[2] else 0)
+            return 2.0 * y * k + (y if len(ins) >= 3 and ins[2] else 0) + _fused(y)
         if op in _MATMULS and len(ins) >= 2:
             a = shape(ins[0])
             if a is None or y is None or not a:
                 return None
-            return 2.0 * y * a[-1]
+            # onnxruntime's FusedMatMul may read A transposed (its last two axes swapped)
+            k = a[-2] if _attr(n, "transA", 0) and len(a) >= 2 else a[-1]
+            return 2.0 * y * k
         if op in ("LSTM", "GRU", "RNN") and len(ins) >= 3:
             xs, w, r = shape(ins[0]), numel(ins[1]), numel(ins[2])
             if xs is None or w is None or r is None or not xs or xs[-1] == 0:
@@ -139,6 +143,10 @@ def node_flops(n: NodeProto, shape: Callable[[str], list[int] | None]) -> float:
         if op.startswith("Reduce") or op in ("ArgMax", "ArgMin", "TopK"):
             return None if x is None else float(x)
         return None
+
+    def _fused(elems: int) -> int:
+        """The activation onnxruntime fused into a FusedConv or FusedGemm: one per element."""
+        return elems if op.startswith("Fused") and _attr(n, "activation") else 0
 
     flops = result()
     if flops is None:

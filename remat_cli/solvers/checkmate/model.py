@@ -42,13 +42,12 @@ force in tests/test_checkmate.py, also without any warm start):
          only when present and not carried on (:func:`_add_free_once`).
   V2     a knapsack row per stage on the blocks that must be live when node t runs: the inputs
          of t and every block carried into stage t+1 (:func:`_add_live_memory`).
-  Each of V1, V2 lifts the root LP bound of RL n100 at 80% from 0.83% to 1.21% overhead (the
-  optimum is 2.30%), after which reduced-cost fixing with a good incumbent shrinks the model to
-  a few thousand columns within the root node.
+  Each of V1, V2 lifts the root LP bound, after which reduced-cost fixing with a good incumbent
+  shrinks the model to a few thousand columns within the root node.
 Warm start (:func:`.warm_start.warm_start_steps`): besides greedy and the baseline, a short run of the
 staged Moccasin CP (Moccasin §2.3), whose schedules lie in the same stage space; it is what
 gives the MILP a near-optimal incumbent from the start. Engine: SCIP by default, which proves
-the bench optima 2–3× faster than HiGHS once V1/V2 are in (bench/results/checkmate.json).
+the bench optima faster than HiGHS once V1/V2 are in.
 """
 
 from __future__ import annotations
@@ -121,12 +120,12 @@ def stages_of(graph: Graph, budget: int) -> Stages:
     )
 
 
-def _tri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+def tri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
     """Index of (t, i), i ≤ t, in a row-major lower triangle with diagonal."""
     return t * (t + 1) // 2 + i
 
 
-def _stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
+def stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
     """Index of (t, i), i < t, in a row-major strict lower triangle (rows 1..T)."""
     return t * (t - 1) // 2 + i
 
@@ -135,9 +134,9 @@ def _stri(t: np.ndarray | int, i: np.ndarray | int) -> Any:
 class CheckmateModel:
     stages: Stages
     model: LinearModel
-    R: np.ndarray  # column of R[t,i] at _tri(t,i)
-    S: np.ndarray  # column of S[t,i] at _stri(t,i), t = 1..T
-    U: np.ndarray  # column of U[t,k] at _tri(t,k)
+    R: np.ndarray  # column of R[t,i] at tri(t,i)
+    S: np.ndarray  # column of S[t,i] at stri(t,i), t = 1..T
+    U: np.ndarray  # column of U[t,k] at tri(t,k)
     free_t: np.ndarray  # the (t, i, k) of each FREE column, in column order
     free_i: np.ndarray
     free_k: np.ndarray
@@ -160,7 +159,7 @@ class CheckmateModel:
         out = np.zeros((T + 1, T), dtype=bool)
         t, i = np.tril_indices(T + 1, -1)
         t, i = t[t >= 1], i[t >= 1]
-        out[t, i] = x[self.S[_stri(t, i)]] > 0.5
+        out[t, i] = x[self.S[stri(t, i)]] > 0.5
         return out
 
     def vector(self, S: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -169,10 +168,10 @@ class CheckmateModel:
         T = st.T
         x = np.zeros(self.model.num_vars)
         t, i = np.tril_indices(T)
-        x[self.R[_tri(t, i)]] = R[t, i]
+        x[self.R[tri(t, i)]] = R[t, i]
         t2, i2 = np.tril_indices(T + 1, -1)
         sel = t2 >= 1
-        x[self.S[_stri(t2[sel], i2[sel])]] = S[t2[sel], i2[sel]]
+        x[self.S[stri(t2[sel], i2[sel])]] = S[t2[sel], i2[sel]]
         # FREE[t,i,k] = R[t,k] (1 − S[t+1,i]) Π_{j ∈ USERS[i], k<j≤t} (1 − R[t,j])
         fv = np.zeros(len(self.FREE))
         for n, (tt, ii, kk) in enumerate(zip(self.free_t, self.free_i, self.free_k, strict=True)):
@@ -185,7 +184,7 @@ class CheckmateModel:
             u = float(S[tt, :tt] @ st.mem[:tt]) if tt else 0.0
             for k in range(tt + 1):
                 u += R[tt, k] * st.mem[k]
-                x[self.U[_tri(tt, k)]] = u / self.unit
+                x[self.U[tri(tt, k)]] = u / self.unit
                 u -= freed[tt, k]
         return x
 
@@ -251,6 +250,31 @@ def build_model(
     # ---- U
     U = m.add_vars(0 if live_only else ntri, lb=0.0, ub=max(cap, 0.0), integer=integer_u)
     # ---- FREE: (t, i, k) for k ≤ t, i ∈ DEPS[k] ∪ {k}
+    free_t, free_i, free_k = _free_index(st, live_only)
+    FREE = m.add_vars(len(free_t), integer=True)
+
+    _add_retention(m, T, R, S)
+    _add_dependencies(m, st, R, S)
+    if not live_only:
+        _add_free_definition(m, st, R, S, FREE, (free_t, free_i, free_k), free_form)
+
+    if tighten:
+        _add_dominance(m, st, R, S)
+    if "free_once" in cuts and not live_only:
+        _add_free_once(m, st, R, S, FREE, free_t, free_i)
+    if live_only:
+        _add_live_memory_chained(m, st, R, S, mem, wsp, cap)
+    elif "stage_end" in cuts or "instant" in cuts:
+        _add_live_memory(m, st, R, S, mem, wsp, cap, all_instants="instant" in cuts)
+
+    if not live_only:
+        _add_memory_recurrence(m, st, R, S, U, FREE, (free_t, free_i, free_k), mem, wsp, cap)
+    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+
+
+def _free_index(st: Stages, live_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (t, i, k) of the FREE variables: k ≤ t, i ∈ DEPS[k] ∪ {k} (none for the live-memory form)."""
+    T = st.T
     ft: list[np.ndarray] = []
     fi: list[np.ndarray] = []
     fk: list[np.ndarray] = []
@@ -263,23 +287,30 @@ def build_model(
     free_t = np.concatenate(ft) if ft else np.zeros(0, np.int64)
     free_i = np.concatenate(fi) if fi else np.zeros(0, np.int64)
     free_k = np.concatenate(fk) if fk else np.zeros(0, np.int64)
-    FREE = m.add_vars(len(free_t), integer=True)
+    return free_t, free_i, free_k
 
-    # eq. (11): S[t+1,i] − S[t,i] − R[t,i] ≤ 0   for t = 0..T−1, i ≤ t
+
+def _add_retention(m: LinearModel, T: int, R: np.ndarray, S: np.ndarray) -> None:
+    """Eq. (11): a value is kept into stage t+1 only if it was kept or computed in stage t."""
+    # S[t+1,i] − S[t,i] − R[t,i] ≤ 0   for t = 0..T−1, i ≤ t
     t_, i_ = np.tril_indices(T)
     n = len(t_)
     rows = np.arange(n)
-    cols = [S[_stri(t_ + 1, i_)], R[_tri(t_, i_)]]
+    cols = [S[stri(t_ + 1, i_)], R[tri(t_, i_)]]
     vals = [np.ones(n), -np.ones(n)]
     has_prev = i_ < t_
     rows_all = [rows, rows, rows[has_prev]]
-    cols.append(S[_stri(t_[has_prev], i_[has_prev])])
+    cols.append(S[stri(t_[has_prev], i_[has_prev])])
     vals.append(-np.ones(int(has_prev.sum())))
     m.add_constraints(
         np.concatenate(rows_all), np.concatenate(cols), np.concatenate(vals), -np.inf, 0.0, count=n
     )
 
-    # eq. (12): R[t,k] − R[t,i] − S[t,i] ≤ 0 for each edge i → k and t ≥ k
+
+def _add_dependencies(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> None:
+    """Eq. (12): a node runs only when each input is computed or kept in the same stage."""
+    T = st.T
+    # R[t,k] − R[t,i] − S[t,i] ≤ 0 for each edge i → k and t ≥ k
     er, ec, ev = [], [], []
     nrow = 0
     for k in range(T):
@@ -287,11 +318,11 @@ def build_model(
         for i in st.preds[k]:
             r = np.arange(nrow, nrow + len(tk))
             er += [r, r]
-            ec += [R[_tri(tk, k)], R[_tri(tk, i)]]
+            ec += [R[tri(tk, k)], R[tri(tk, i)]]
             ev += [np.ones(len(tk)), -np.ones(len(tk))]
             # S[t,i] exists for t ≥ 1 > i, always true here since i < k ≤ t
             er.append(r)
-            ec.append(S[_stri(tk, i)])
+            ec.append(S[stri(tk, i)])
             ev.append(-np.ones(len(tk)))
             nrow += len(tk)
     if nrow:
@@ -299,112 +330,129 @@ def build_model(
             np.concatenate(er), np.concatenate(ec), np.concatenate(ev), -np.inf, 0.0, count=nrow
         )
 
-    if not live_only:
-        # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
-        #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
-        #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
-        nF = len(free_t)
-        hr, hc, hv = (
-            [np.arange(nF)] * 3,
-            [FREE, R[_tri(free_t, free_k)], S[_stri(free_t + 1, free_i)]],
-            [
-                np.ones(nF),
-                -np.ones(nF),
-                np.ones(nF),
-            ],
+
+def _add_free_definition(
+    m: LinearModel,
+    st: Stages,
+    R: np.ndarray,
+    S: np.ndarray,
+    FREE: np.ndarray,
+    free_tik: tuple[np.ndarray, np.ndarray, np.ndarray],
+    free_form: str,
+) -> None:
+    """Eq. (16): FREE[t,i,k] is the product R[t,k] (1 − S[t+1,i]) Π (1 − R[t,j]) over the users j
+    of i with k < j ≤ t, linearised as the hazard pair of the paper or as the product's bounds."""
+    T = st.T
+    free_t, free_i, free_k = free_tik
+    # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
+    #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
+    #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1
+    nF = len(free_t)
+    hr, hc, hv = (
+        [np.arange(nF)] * 3,
+        [FREE, R[tri(free_t, free_k)], S[stri(free_t + 1, free_i)]],
+        [
+            np.ones(nF),
+            -np.ones(nF),
+            np.ones(nF),
+        ],
+    )
+    hr, hc, hv = list(hr), list(hc), list(hv)
+    users_cnt = np.zeros(nF, dtype=np.int64)
+    # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
+    by_i: dict[int, np.ndarray] = {}
+    order = np.argsort(free_i, kind="stable")
+    bounds = np.searchsorted(free_i[order], np.arange(T + 1))
+    for i in range(T):
+        by_i[i] = order[bounds[i] : bounds[i + 1]]
+    for i in range(T):
+        rows_i = by_i[i]
+        if not len(rows_i):
+            continue
+        for j in st.succs[i]:
+            sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
+            if len(sel_j):
+                hr.append(sel_j)
+                hc.append(R[tri(free_t[sel_j], j)])
+                hv.append(np.ones(len(sel_j)))
+                users_cnt[sel_j] += 1
+    kappa = 2.0 + users_cnt
+    hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
+    if free_form == "hazard":
+        m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
+        hv_b = hv_a.copy()
+        hv_b[:nF] = kappa  # the first block is the FREE column itself
+        m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
+    else:
+        # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
+        # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
+        # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
+        nterm = len(hr_a)
+        pr = np.arange(nterm - nF)  # one row per non-FREE term
+        src = hr_a[nF:]
+        m.add_constraints(
+            np.concatenate([pr, pr]),
+            np.concatenate([FREE[src], hc_a[nF:]]),
+            np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
+            -np.inf,
+            np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
         )
-        hr, hc, hv = list(hr), list(hc), list(hv)
-        users_cnt = np.zeros(nF, dtype=np.int64)
-        # for each FREE row, users j of i with k < j ≤ t: loop over (i, j) pairs, vectorised over rows
-        by_i: dict[int, np.ndarray] = {}
-        order = np.argsort(free_i, kind="stable")
-        bounds = np.searchsorted(free_i[order], np.arange(T + 1))
-        for i in range(T):
-            by_i[i] = order[bounds[i] : bounds[i + 1]]
-        for i in range(T):
-            rows_i = by_i[i]
-            if not len(rows_i):
-                continue
-            for j in st.succs[i]:
-                sel_j = rows_i[(free_k[rows_i] < j) & (free_t[rows_i] >= j)]
-                if len(sel_j):
-                    hr.append(sel_j)
-                    hc.append(R[_tri(free_t[sel_j], j)])
-                    hv.append(np.ones(len(sel_j)))
-                    users_cnt[sel_j] += 1
-        kappa = 2.0 + users_cnt
-        hr_a, hc_a, hv_a = np.concatenate(hr), np.concatenate(hc), np.concatenate(hv)
-        if free_form == "hazard":
-            m.add_constraints(hr_a, hc_a, hv_a, 0.0, np.inf, count=nF)
-            hv_b = hv_a.copy()
-            hv_b[:nF] = kappa  # the first block is the FREE column itself
-            m.add_constraints(hr_a, hc_a, hv_b, -np.inf, kappa - 1.0, count=nF)
-        else:
-            # the product's own bounds, one per factor: FREE ≤ R[t,k], FREE ≤ 1 − S[t+1,i],
-            # FREE ≤ 1 − R[t,j]. The lower side (FREE ≥ 1 − h) is dropped: freeing only lowers U, so
-            # an optimum frees whenever allowed, and the decoder frees at the last use anyway.
-            nterm = len(hr_a)
-            pr = np.arange(nterm - nF)  # one row per non-FREE term
-            src = hr_a[nF:]
-            m.add_constraints(
-                np.concatenate([pr, pr]),
-                np.concatenate([FREE[src], hc_a[nF:]]),
-                np.concatenate([np.ones(len(pr)), np.where(np.arange(len(pr)) < nF, -1.0, 1.0)]),
-                -np.inf,
-                np.where(np.arange(len(pr)) < nF, 0.0, 1.0),
-            )
 
-    if tighten:
-        _add_dominance(m, st, R, S)
-    if "free_once" in cuts and not live_only:
-        _add_free_once(m, st, R, S, FREE, free_t, free_i)
-    if live_only:
-        _add_live_memory_chained(m, st, R, S, mem, wsp, cap)
-    elif "stage_end" in cuts or "instant" in cuts:
-        _add_live_memory(m, st, R, S, mem, wsp, cap, all_instants="instant" in cuts)
 
-    if not live_only:
-        # eqs. (13)–(15): memory recurrence, one equality per (t, k)
-        ur, uc, uv = [], [], []
-        t_, k_ = np.tril_indices(T)
-        n = len(t_)
-        rows = np.arange(n)
-        ur += [rows, rows]
-        uc += [U[_tri(t_, k_)], R[_tri(t_, k_)]]
-        uv += [np.ones(n), -mem[k_].astype(float)]
-        first = k_ == 0
-        later = ~first
-        # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
-        ur.append(rows[later])
-        uc.append(U[_tri(t_[later], k_[later] - 1)])
-        uv.append(-np.ones(int(later.sum())))
-        row_of = {}  # (t, k) → row
-        row_id = _tri(t_, k_)  # rows are numbered like the triangle
-        assert np.array_equal(row_id, rows)
-        del row_of
-        nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
-        ur.append(_tri(free_t[nxt], free_k[nxt] + 1))
-        uc.append(FREE[nxt])
-        uv.append(mem[free_i[nxt]].astype(float))
-        # k = 0: − Σ_{i<t} M_i S[t,i]
-        tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
-        ur.append(_tri(tS, 0))
-        uc.append(S[_stri(tS, iS)])
-        uv.append(-mem[iS].astype(float))
-        m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
+def _add_memory_recurrence(
+    m: LinearModel,
+    st: Stages,
+    R: np.ndarray,
+    S: np.ndarray,
+    U: np.ndarray,
+    FREE: np.ndarray,
+    free_tik: tuple[np.ndarray, np.ndarray, np.ndarray],
+    mem: np.ndarray,
+    wsp: np.ndarray,
+    cap: float,
+) -> None:
+    """Eqs. (13)–(15): U[t,k], the memory after computing node k in stage t, as a recurrence over
+    k, and the memory at each compute instant within the capacity."""
+    T = st.T
+    free_t, free_i, free_k = free_tik
+    # eqs. (13)–(15): memory recurrence, one equality per (t, k)
+    ur, uc, uv = [], [], []
+    t_, k_ = np.tril_indices(T)
+    n = len(t_)
+    rows = np.arange(n)
+    ur += [rows, rows]
+    uc += [U[tri(t_, k_)], R[tri(t_, k_)]]
+    uv += [np.ones(n), -mem[k_].astype(float)]
+    first = k_ == 0
+    later = ~first
+    # k > 0: − U[t,k−1] + Σ M_i FREE[t,i,k−1]
+    ur.append(rows[later])
+    uc.append(U[tri(t_[later], k_[later] - 1)])
+    uv.append(-np.ones(int(later.sum())))
+    row_id = tri(t_, k_)  # rows are numbered like the triangle
+    assert np.array_equal(row_id, rows)
+    nxt = free_k + 1 <= free_t  # FREE[t,i,k] feeds row (t, k+1) when k < t
+    ur.append(tri(free_t[nxt], free_k[nxt] + 1))
+    uc.append(FREE[nxt])
+    uv.append(mem[free_i[nxt]].astype(float))
+    # k = 0: − Σ_{i<t} M_i S[t,i]
+    tS, iS = np.tril_indices(T, -1)  # t ≥ 1, i < t
+    ur.append(tri(tS, 0))
+    uc.append(S[stri(tS, iS)])
+    uv.append(-mem[iS].astype(float))
+    m.add_constraints(np.concatenate(ur), np.concatenate(uc), np.concatenate(uv), 0.0, 0.0, count=n)
 
-        # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
-        wk = wsp[k_] > 0
-        if wk.any():
-            r = np.arange(int(wk.sum()))
-            m.add_constraints(
-                np.concatenate([r, r]),
-                np.concatenate([U[_tri(t_[wk], k_[wk])], R[_tri(t_[wk], k_[wk])]]),
-                np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
-                -np.inf,
-                cap,
-            )
-    return CheckmateModel(st, m, R, S, U, free_t, free_i, free_k, FREE, cost_scale, unit)
+    # memory at the compute instant: U[t,k] + ws_k R[t,k] ≤ capacity (U's bound covers ws = 0)
+    wk = wsp[k_] > 0
+    if wk.any():
+        r = np.arange(int(wk.sum()))
+        m.add_constraints(
+            np.concatenate([r, r]),
+            np.concatenate([U[tri(t_[wk], k_[wk])], R[tri(t_[wk], k_[wk])]]),
+            np.concatenate([np.ones(len(r)), wsp[k_[wk]].astype(float)]),
+            -np.inf,
+            cap,
+        )
 
 
 def _add_free_once(
@@ -424,13 +472,13 @@ def _add_free_once(
     ≤ 1 − R[t,j] and FREE[t,i,j] ≤ R[t,j] sum to 1 for R[t,j] = ½), which undercounts memory.
     """
     T = st.T
-    t_, i_ = np.tril_indices(T)  # i ≤ t; the row of (t, i) is _tri(t, i)
+    t_, i_ = np.tril_indices(T)  # i ≤ t; the row of (t, i) is tri(t, i)
     n = len(t_)
     rows = np.arange(n)
     has_prev = i_ < t_
     m.add_constraints(
-        np.concatenate([_tri(free_t, free_i), rows, rows, rows[has_prev]]),
-        np.concatenate([FREE, S[_stri(t_ + 1, i_)], R[_tri(t_, i_)], S[_stri(t_[has_prev], i_[has_prev])]]),
+        np.concatenate([tri(free_t, free_i), rows, rows, rows[has_prev]]),
+        np.concatenate([FREE, S[stri(t_ + 1, i_)], R[tri(t_, i_)], S[stri(t_[has_prev], i_[has_prev])]]),
         np.concatenate([np.ones(len(FREE)), np.ones(n), -np.ones(n), -np.ones(int(has_prev.sum()))]),
         -np.inf,
         0.0,
@@ -470,11 +518,11 @@ def _add_live_memory(
         for k in ks:
             const = float(mem[:k][in_pt[:k]].sum())
             i_s1 = np.flatnonzero(~in_pt[:k])
-            cols = [S[_stri(t + 1, i_s1)], [R[_tri(t, k)]]]
+            cols = [S[stri(t + 1, i_s1)], [R[tri(t, k)]]]
             vals = [mem[i_s1], [mem[k] + wsp[k]]]
             if k < t:
                 i_s = np.arange(k, t)
-                cols.append(S[_stri(t, i_s)])
+                cols.append(S[stri(t, i_s)])
                 vals.append(mem[i_s])
             c = np.concatenate(cols)
             rc.append(c)
@@ -516,7 +564,7 @@ def _add_live_memory_chained(
     coef = np.where(in_p[ta, ka - 1], 0.0, memf[ka - 1])
     m.add_constraints(
         np.concatenate([r, r, r]),
-        np.concatenate([A[_tri(ta, ka)], A[_tri(ta, ka - 1)], S[_stri(ta + 1, ka - 1)]]),
+        np.concatenate([A[tri(ta, ka)], A[tri(ta, ka - 1)], S[stri(ta + 1, ka - 1)]]),
         np.concatenate([np.ones(n), -np.ones(n), -coef]),
         0.0,
         np.inf,
@@ -529,7 +577,7 @@ def _add_live_memory_chained(
     r = np.arange(n)
     m.add_constraints(
         np.concatenate([r, r, r]),
-        np.concatenate([B[_tri(tb, kb)], B[_tri(tb, kb + 1)], S[_stri(tb, kb + 1)]]),
+        np.concatenate([B[tri(tb, kb)], B[tri(tb, kb + 1)], S[stri(tb, kb + 1)]]),
         np.concatenate([np.ones(n), -np.ones(n), -memf[kb + 1]]),
         0.0,
         np.inf,
@@ -543,7 +591,7 @@ def _add_live_memory_chained(
     has_s = k_ < t_
     m.add_constraints(
         np.concatenate([r, r, r, r[has_s]]),
-        np.concatenate([A[_tri(t_, k_)], B[_tri(t_, k_)], R[_tri(t_, k_)], S[_stri(t_[has_s], k_[has_s])]]),
+        np.concatenate([A[tri(t_, k_)], B[tri(t_, k_)], R[tri(t_, k_)], S[stri(t_[has_s], k_[has_s])]]),
         np.concatenate([np.ones(n), np.ones(n), memf[k_] + wsp[k_], memf[k_[has_s]]]),
         -np.inf,
         cap - c_tk,
@@ -577,13 +625,13 @@ def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> 
         for j in st.succs[i]:
             ts = np.arange(j, T)
             ur.append(row_of[ts, i])
-            uc.append(R[_tri(ts, j)])
+            uc.append(R[tri(ts, j)])
     users_r = np.concatenate(ur) if ur else np.zeros(0, np.int64)
     users_c = np.concatenate(uc) if uc else np.zeros(0, np.int64)
-    for own in (R[_tri(t_, i_)], S[_stri(t_, i_)]):
+    for own in (R[tri(t_, i_)], S[stri(t_, i_)]):
         m.add_constraints(
             np.concatenate([rows, rows, users_r]),
-            np.concatenate([own, S[_stri(t_ + 1, i_)], users_c]),
+            np.concatenate([own, S[stri(t_ + 1, i_)], users_c]),
             np.concatenate([np.ones(n), -np.ones(n), -np.ones(len(users_r))]),
             -np.inf,
             0.0,
@@ -591,7 +639,7 @@ def _add_dominance(m: LinearModel, st: Stages, R: np.ndarray, S: np.ndarray) -> 
         )
     m.add_constraints(
         np.concatenate([rows, rows]),
-        np.concatenate([R[_tri(t_, i_)], S[_stri(t_, i_)]]),
+        np.concatenate([R[tri(t_, i_)], S[stri(t_, i_)]]),
         1.0,
         -np.inf,
         1.0,

@@ -19,11 +19,11 @@ from remat_cli.solvers.checkmate.decode import steps_from_S
 from remat_cli.solvers.checkmate.model import PAPER, CheckmateModel, build_model, parse_cuts, stages_of
 from remat_cli.solvers.checkmate.warm_start import model_warm_start, warm_start_steps
 
-#: measured in bench/results/checkmate.json: with the V1/V2 cuts and the Moccasin warm start SCIP
-#: proves the CM1 / RL n100 optima fastest (HiGHS 2× slower, CP-SAT proves no bound on RL n100)
+#: with the V1/V2 cuts and the Moccasin warm start SCIP proves the bench optima fastest (HiGHS
+#: slower, CP-SAT proves few bounds)
 AUTO_ORDER = ("gurobi", "scip", "highs", "cpsat")
-#: SCIP's probing presolve takes ~⅔ of its presolve time on these models (RL n100: 12 of 16.5 s)
-#: and finds almost nothing ("50/50 successive totally useless probings"): off before the root.
+#: SCIP's probing presolve takes most of its presolve time on these models and finds almost
+#: nothing ("50/50 successive totally useless probings"): off before the root.
 ENGINE_OPTIONS: dict[str, dict[str, Any]] = {"scip": {"propagating/probing/maxprerounds": 0}}
 
 

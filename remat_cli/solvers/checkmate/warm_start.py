@@ -45,7 +45,7 @@ def warm_start_steps(
     if res is not None and res.steps is not None:
         out.append(("greedy", res.steps))
         if simulate(graph, res.steps).peak_memory <= budget:
-            options.incumbent(res.steps)  # model building may outlast the time limit (issue 20)
+            options.incumbent(res.steps)  # model building may outlast the time limit
     rem = options.remaining()
     if moccasin_share > 0 and (rem is None or rem >= 2.0):
         limit = min(30.0, moccasin_share * rem) if rem is not None else 30.0

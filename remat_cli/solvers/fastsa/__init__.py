@@ -42,22 +42,20 @@ chunks, so that a few thousand slots suffice instead of 2^20); and a per-node co
 chunk (a node may gain 4 copies before the next re-spread). ``--no-recompute`` runs rotations
 only, on f(S) = M(S) (App. B.2).
 
-Tight budgets (issue 18): when a third of the first stage (``tight_after``) has passed without a
+Tight budgets: when a third of the first stage (``tight_after``) has passed without a
 state within the budget, the rest of it is re-heated from its least peak with two more deviations,
 until the budget is met: recomputation chains (``chain``: an add also recomputes, just before it,
 the inputs it would otherwise keep alive, recursively, and a remove also drops the input
 computations it leaves unused, each as one mutation, see
-:func:`remat_cli.solvers.fastsa.kernel.mutations._plan_chain`) and the logaddexp soft peak of
+:func:`remat_cli.solvers.fastsa.kernel.mutations.plan_chain`) and the logaddexp soft peak of
 App. C.2 as M in the objective. On PyTorch ONNX exports a backward op's activation is recomputed
 through a chain of small ops (Gemm, Relu; Conv, BatchNormalization, Relu), which single adds only
 build through states of equal memory and higher cost, and the peak is a plateau of many time
-steps that must all lose a block before max M(S) moves: the paper's SA alone stayed at 63% of the
-baseline peak on torch_mlp_train at a 50% budget at any temperature, and 17% overhead above the
-budget is not a schedule. Graphs that meet their budget within the first third (all of Table 1)
+steps that must all lose a block before max M(S) moves: the paper's SA alone can stay far above
+a tight budget at any temperature. Graphs that meet their budget within the first third (all of Table 1)
 run the paper's mutations only in their first stage. The second stage always has the
-recomputation chains: single adds do not leave a basin of recomputations either
-(torch_transformer_train at 70%: two attention MatMuls, 2.29%, in every seed's single round,
-where one MatMul with its Where/Softmax chain costs 1.27%, the free-order bound).
+recomputation chains: single adds do not leave a basin of recomputations either (two attention
+MatMuls recomputed where one MatMul with its cheaper Where/Softmax chain would do).
 
 Determinism: the kernel draws from its own xorshift generator seeded by ``options.seed`` and runs
 in fixed-size chunks; every stopping decision depends on iteration counts only. A time limit is

@@ -3,9 +3,8 @@
 Not in the paper (Imanishi et al., NeurIPS'23, which anneals two stages once, App. D.4). At
 tight budgets the first stage decides early which large computation a schedule recomputes, and
 the cold second stage cannot undo it: every state between the two choices is above the budget.
-mobilenet_v2_b1 at 70% ends near 0.75% or near 3% by chance; the 3% schedules recompute the
-expensive ``node_convolution_4`` where the 0.75% ones keep its output and recompute the
-BatchNorm after it. A kick removes the later computations of the recomputed node with the
+A schedule may then recompute one expensive node where a cheaper one keeps its output and
+recomputes what follows it instead. A kick removes the later computations of the recomputed node with the
 largest recomputation cost (cost × extra copies), which leaves the schedule above the budget,
 and anneals it again at the second stage's temperatures with a steep slope above the budget
 (``RESCUE_OVER``); the result replaces the schedule only when the simulator finds it within the
@@ -15,26 +14,19 @@ again from the top of the new schedule's list.
 
 The kicks get the iterations (``--kicks``, a share of the budget) that a first stage gives back
 when it meets the budget before its tight part would begin; a stage that needs the tight part
-(resnet18_b32 at 50%) keeps all of them, as it met the budget late or not at all when they were
-taken up front (60 s: 27% instead of 16%). 60 s, one core (bench/results/fastsa_kicks.json):
-mobilenet_v2_b1 at 70% 3.06% -> 0.89% by a kick of node_convolution_4 (seed 0; seed 1 unchanged);
-vit_b16 at 50%, seed 1, 8.72% -> 8.32% by the shorter first stage (no kick improved); the other
-22 cells of ONNX exports the same but for one the wall clock shortened.
+keeps all of them, as it meets the budget late or not at all when they are taken up front.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from remat_cli.schedule import simulate, steps_from_sequence
-from remat_cli.solvers.fastsa.problem import Problem, State, _to_base, expand
-
-if TYPE_CHECKING:
-    from remat_cli.solvers.fastsa.solver import _Run
+from remat_cli.solvers.fastsa.problem import Problem, State, expand, to_base
+from remat_cli.solvers.fastsa.run import Run
 
 
 def kicked(order: Sequence[int], cost: Sequence[float], r: int) -> list[int] | None:
@@ -56,7 +48,7 @@ def kicked(order: Sequence[int], cost: Sequence[float], r: int) -> list[int] | N
     return out
 
 
-def iterate(run: _Run, base_prob: Problem, start: list[int], start_cost: float, n_iter: int, each: int,
+def iterate(run: Run, base_prob: Problem, start: list[int], start_cost: float, n_iter: int, each: int,
             h0: float, hf: float, over: float, seed: int) -> tuple[list[int], float, int]:  # fmt: skip
     """Kick ``start`` (base-problem indices, simulated cost ``start_cost``, within the budget)
     while ``n_iter`` iterations remain, ``each`` per kick annealed from ``h0`` to ``hf`` with
@@ -70,7 +62,7 @@ def iterate(run: _Run, base_prob: Problem, start: list[int], start_cost: float, 
         if order is None:
             break
         kicks += 1
-        state = State(base_prob, np.array(order, dtype=np.int64), seed + 2 + kicks, run.log_cap, run.lse)
+        state = State(base_prob, np.array(order, dtype=np.int64), seed + 2 + kicks, run.log_cap, run.cfg.lse)
         before, run.over = run.iterations, max(slope, over)
         found = run.stage(2, state, min(each, left), h0, hf, False, False).feas
         run.over = slope
@@ -80,6 +72,6 @@ def iterate(run: _Run, base_prob: Problem, start: list[int], start_cost: float, 
             continue
         polished = run.polish(base_prob, expand(base_prob, found.order))
         sim = simulate(run.graph, steps_from_sequence(run.graph, [run.nv.ids[i] for i in polished]))
-        if sim.peak_memory <= run.budget and sim.cost < best_cost:
-            best, best_cost, r = _to_base(base_prob, polished), sim.cost, 0
+        if sim.peak_memory <= run.cfg.budget and sim.cost < best_cost:
+            best, best_cost, r = to_base(base_prob, polished), sim.cost, 0
     return best, best_cost, kicks

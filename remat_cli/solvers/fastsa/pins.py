@@ -8,8 +8,7 @@ torch_unet_train, ``convolution_11`` (the gradient of ``merges.0``'s weight) rea
 topological order puts it, in the middle of the backward pass, everything the rest of the
 backward pass still needs is live beside it, and every round pays 7.87% to make room
 (encoder convolutions recomputed). Run last, when the other gradients are done, it needs only
-``cat_1`` and ``mul_2`` made again: 3.71%, where fastsa before this ended at 7.87-8.3% (60 and
-120 s, seeds 0 and 1; bench/results/fastsa_pins.json). No single move of the annealing gets
+``cat_1`` and ``mul_2`` made again, at about half the overhead. No single move of the annealing gets
 there: moving the node late while its inputs stay early holds 12.6 MB for the whole backward
 pass, far above the budget.
 

@@ -249,6 +249,6 @@ def expand(prob: Problem, order: np.ndarray) -> list[int]:
     return out
 
 
-def _to_base(base_prob: Problem, nv_indices: list[int]) -> list[int]:
+def to_base(base_prob: Problem, nv_indices: list[int]) -> list[int]:
     local = {m[0]: k for k, m in enumerate(base_prob.members)}
     return [local[i] for i in nv_indices]

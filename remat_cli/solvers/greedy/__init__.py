@@ -52,9 +52,9 @@ from remat_cli.schedule import (
     steps_from_sequence,
 )
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
-from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays, _arrays, low_memory_order
-from remat_cli.solvers.greedy.dtr import _run
-from remat_cli.solvers.greedy.split import SPLIT_DEPTH, _split
+from remat_cli.solvers.greedy.arrays import Abandon, Arrays, build_arrays, low_memory_order
+from remat_cli.solvers.greedy.dtr import run_dtr
+from remat_cli.solvers.greedy.split import SPLIT_DEPTH, run_split
 
 #: "auto" leaves the split strategies out above this many computes: each split round decodes
 #: the whole sequence again, so the pass is quadratic (2,000 nodes: a minute; 100,000: days)
@@ -69,7 +69,7 @@ TARGETS = (1.0, 0.98, 0.95, 0.9)
 
 def _aim(
     graph: Graph,
-    a: _Arrays,
+    a: Arrays,
     budget: int,
     strategy: str,
     go: Callable[[], bool],
@@ -81,25 +81,29 @@ def _aim(
     estimates miss, so the sweep ends at the first run that fits; also when a run is abandoned
     (it costs more than `bound`, the cheapest schedule so far) or ends far above the budget,
     which aiming lower leaves stuck (transformer_b32 at 45%: split ends at 1.86x the budget at
-    every target, 8 of greedy's 1.5 s before the DTR runs that fit)."""
+    every target, 8 of greedy's 1.5 s before the DTR runs that fit), or when aiming lower did not
+    lower the peak (a 12-layer decoder at 50%: split and split-shallow end at the same peak, 8%
+    over the budget, at every target, 14 s of the 14.3 s greedy spends there)."""
     rounds = 8 * len(a.program)
+    previous = float("inf")  # the peak the run at the previous target reached
     for target in TARGETS:
         if not go():
             return
         try:
             if strategy == "split":
-                seq = _split(a, budget * target, rounds, SPLIT_DEPTH, stop, bound)
+                seq = run_split(a, budget * target, rounds, SPLIT_DEPTH, stop, bound)
             elif strategy == "split-shallow":
-                seq = _split(a, budget * target, rounds, 0, stop, bound)
+                seq = run_split(a, budget * target, rounds, 0, stop, bound)
             else:
-                seq, _ = _run(a, budget * target, strategy, stop, bound)
-        except _Abandon:
+                seq, _ = run_dtr(a, budget * target, strategy, stop, bound)
+        except Abandon:
             return
         steps = steps_from_sequence(graph, [graph.nodes[n].id for n in seq])
         sim = simulate(graph, steps)
         yield target, steps, sim
-        if sim.peak_memory <= budget or sim.peak_memory * TARGETS[-1] > budget:
+        if sim.peak_memory <= budget or sim.peak_memory * TARGETS[-1] > budget or sim.peak_memory >= previous:
             return
+        previous = sim.peak_memory
 
 
 def evict_in_order(graph: Graph, budget: int, order: list[str]) -> list[Step] | None:
@@ -107,7 +111,7 @@ def evict_in_order(graph: Graph, budget: int, order: list[str]) -> list[Step] | 
     nodes are first computed in `order` (a topological order), or None. fastsa's last rescue runs
     it in the order of the least peak it annealed: on mobilenet_v2_b1 at 50% that order fits
     with belady-estar-lazy where neither the graph's order nor the low-memory one does."""
-    a = _arrays(graph, order)
+    a = build_arrays(graph, order)
     best: tuple[float, list[Step]] | None = None
     for strategy in ("belady-estar-lazy", "belady-estar"):
         bound = best[0] if best is not None else float("inf")
@@ -159,8 +163,9 @@ class Greedy(Solver):
             )
         choice = options.params["strategy"]
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only.
-        # The fast split-shallow runs first: its cost bounds (and so cuts short) the others.
-        strategies = STRATEGIES[:-1] if choice == "auto" else (choice,)
+        # The DTR runs (linear) go first: their cost bounds, and so cuts short, the quadratic
+        # split pass, which on a 12-layer decoder at 50% spent 14 s to end over the budget.
+        strategies = (*STRATEGIES[2:4], *STRATEGIES[:2]) if choice == "auto" else (choice,)
         if choice == "auto" and len(graph.needed_nodes) > SPLIT_MAX_PROGRAM:
             strategies = tuple(x for x in strategies if not x.startswith("split"))
 
@@ -185,7 +190,7 @@ class Greedy(Solver):
         for order_name in ("", "low-memory order"):
             if best is not None or (ran and out_of_time()):
                 break
-            a = _arrays(graph, low_memory_order(graph) if order_name else None)
+            a = build_arrays(graph, low_memory_order(graph) if order_name else None)
             for strategy in strategies:
                 bound = best[0] if best is not None else float("inf")
                 for target, steps, sim in _aim(graph, a, budget, strategy, go, out_of_time, bound):

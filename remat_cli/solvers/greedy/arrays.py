@@ -11,7 +11,7 @@ from remat_cli.graph import Graph
 
 
 @dataclass
-class _Arrays:
+class Arrays:
     """The graph as flat integer arrays (values and nodes indexed densely)."""
 
     size: np.ndarray  # float64 bytes per value
@@ -78,7 +78,7 @@ def low_memory_order(graph: Graph) -> list[str]:
     return order
 
 
-def _arrays(graph: Graph, order: list[str] | None = None) -> _Arrays:
+def build_arrays(graph: Graph, order: list[str] | None = None) -> Arrays:
     """`order`: the needed nodes' first computations (default: the graph's topological order)."""
     vids = [v.id for v in graph.values]
     vidx = {v: i for i, v in enumerate(vids)}
@@ -127,7 +127,7 @@ def _arrays(graph: Graph, order: list[str] | None = None) -> _Arrays:
             continue
         free_after[retain[v]].append(v)
     evictable = ~resident & ~is_output & (size > 0) & ~np.array(fixed, dtype=bool)
-    return _Arrays(
+    return Arrays(
         size=size,
         evictable=evictable,
         producer=producer,
@@ -147,5 +147,5 @@ def _arrays(graph: Graph, order: list[str] | None = None) -> _Arrays:
     )
 
 
-class _Abandon(Exception):
+class Abandon(Exception):
     pass

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
+from remat_cli.solvers.greedy.arrays import Abandon, Arrays
 
 #: the e* cost is evaluated on at most this many of the best candidates by the local h
 ESTAR_TOP = 64
@@ -19,6 +19,7 @@ SCAN_ALL = 5_000
 POOL = 256
 #: a variant that computes more than this many times the needed nodes is abandoned (thrashing)
 MAX_BLOWUP = 4
+_INF = float("inf")
 
 
 @njit(cache=True)
@@ -38,7 +39,7 @@ def _projected_cost(
     stamp: int,
     stack: np.ndarray,
 ) -> tuple[float, float]:
-    """The e* walk of `_run`'s projected_cost, compiled: a depth-first search over the inputs of
+    """The e* walk of `run_dtr`'s projected_cost, compiled: a depth-first search over the inputs of
     the producers to rebuild, `seen[w] == stamp` marking the values visited in this call."""
     total, kept = c0[v], 0.0
     seen[v] = stamp
@@ -68,8 +69,8 @@ def _projected_cost(
     return total, kept
 
 
-def _run(
-    a: _Arrays,
+def run_dtr(
+    a: Arrays,
     threshold: float,
     variant: str,
     stop: Callable[[], bool] | None = None,
@@ -77,61 +78,122 @@ def _run(
 ) -> tuple[list[int], int]:
     """One DTR pass with eviction threshold `threshold`; returns (compute sequence of node
     indices, peak of this simulation, which bounds the decoded schedule's peak from above).
-    Abandoned (_Abandon) once the sequence costs more than `bound`, the cheapest schedule within
+    Abandoned (Abandon) once the sequence costs more than `bound`, the cheapest schedule within
     the budget found so far: it could not win (branch and bound)."""
-    nv = len(a.size)
-    live = a.resident.copy()
-    locked = np.zeros(nv, dtype=np.int32)
-    last_access = np.zeros(nv, dtype=np.float64)
-    inf = float("inf")
-    next_use = np.full(nv, inf)
-    use_ptr = [0] * nv
-    for v in range(nv):
-        if a.uses[v]:
-            next_use[v] = a.uses[v][0]
-    # c(t): the producer's cost, per value
-    c0 = np.array([a.cost[p] if p >= 0 else 0.0 for p in a.producer], dtype=np.float64)
-    # when each value would be freed as dead; the e* of the Belady variants counts an input that
-    # is live now but dead before the evicted value's next use as one to recompute
-    free_at = np.full(nv, inf)
-    for i, vs in enumerate(a.free_after):
-        free_at[vs] = i
-    belady = variant.startswith("belady")
-    estar = "estar" in variant
-    lazy = "lazy" in variant
-    size = a.size
-    evictable = a.evictable
-    seq: list[int] = []
-    zombies: list[int] = []
-    mem = float(a.resident_bytes)
-    peak = mem
-    clock = 1.0
-    position = 0
-    cap = MAX_BLOWUP * max(1, len(a.program))
-    spent = 0.0
+    return _Pass(a, threshold, variant, stop, bound).run()
 
-    # the inputs per node as CSR arrays for the compiled e* walk
-    ins_ptr = np.zeros(len(a.ins) + 1, dtype=np.int64)
-    ins_ptr[1:] = np.cumsum([len(x) for x in a.ins])
-    ins_idx = np.array([w for x in a.ins for w in x], dtype=np.int64)
-    producer = np.array(a.producer, dtype=np.int64)
-    seen = np.zeros(nv, dtype=np.int64)
-    stack = np.zeros(nv + 1, dtype=np.int64)
-    stamp = [0]
 
-    def projected_cost(v: int, due: float, limit: float) -> tuple[float, float]:
+class _Pass:
+    """The state of one DTR pass: which values are live, locked, when each is used next, and
+    the memory, clock and cost so far."""
+
+    def __init__(
+        self, a: Arrays, threshold: float, variant: str, stop: Callable[[], bool] | None, bound: float
+    ) -> None:
+        self.a = a
+        self.threshold = threshold
+        self.stop = stop
+        self.bound = bound
+        nv = len(a.size)
+        self.live = a.resident.copy()
+        self.locked = np.zeros(nv, dtype=np.int32)
+        self.last_access = np.zeros(nv, dtype=np.float64)
+        inf = float("inf")
+        self.next_use = np.full(nv, inf)
+        self.use_ptr = [0] * nv
+        for v in range(nv):
+            if a.uses[v]:
+                self.next_use[v] = a.uses[v][0]
+        # c(t): the producer's cost, per value
+        self.c0 = np.array([a.cost[p] if p >= 0 else 0.0 for p in a.producer], dtype=np.float64)
+        # when each value would be freed as dead; the e* of the Belady variants counts an input
+        # that is live now but dead before the evicted value's next use as one to recompute
+        self.free_at = np.full(nv, inf)
+        for i, vs in enumerate(a.free_after):
+            self.free_at[vs] = i
+        self.belady = variant.startswith("belady")
+        self.estar = "estar" in variant
+        self.lazy = "lazy" in variant
+        self.size = a.size
+        self.evictable = a.evictable
+        self.seq: list[int] = []
+        self.zombies: list[int] = []
+        self.mem = float(a.resident_bytes)
+        self.peak = self.mem
+        self.clock = 1.0
+        self.position = 0
+        self.cap = MAX_BLOWUP * max(1, len(a.program))
+        self.spent = 0.0
+        # the inputs per node as CSR arrays for the compiled e* walk
+        self.ins_ptr = np.zeros(len(a.ins) + 1, dtype=np.int64)
+        self.ins_ptr[1:] = np.cumsum([len(x) for x in a.ins])
+        self.ins_idx = np.array([w for x in a.ins for w in x], dtype=np.int64)
+        self.producer = np.array(a.producer, dtype=np.int64)
+        self.seen = np.zeros(nv, dtype=np.int64)
+        self.stack = np.zeros(nv + 1, dtype=np.int64)
+        self.stamp = 0
+        # On large graphs a full scan per eviction makes the pass quadratic. Belady's h only
+        # grows while a value waits (its next use comes closer), so a scan's POOL best stay near
+        # the top until a value changes otherwise: is read (its next use moves away), becomes
+        # live or unlocked (`dirty`, admitted when its h is <= the scan's floor). pick() takes
+        # from the pool while its k-th best is <= floor and scans again when not: the same
+        # choice as a full scan up to ties and pool members overtaken by others. Graphs up to
+        # SCAN_ALL values scan every time (exact).
+        self.pooling = self.belady and nv > SCAN_ALL
+        self.pool = np.zeros(0, dtype=np.int64)  # ascending ids, as a scan lists them
+        self.floor = -inf
+        self.dirty: list[int] = []  # filled only when pooling
+
+    def run(self) -> tuple[list[int], int]:
+        a, live, next_use, use_ptr, size = self.a, self.live, self.next_use, self.use_ptr, self.size
+        lazy, evictable, pooling, dirty, zombies = (
+            self.lazy,
+            self.evictable,
+            self.pooling,
+            self.dirty,
+            self.zombies,
+        )
+        inf = float("inf")
+        for position, n in enumerate(a.program):
+            self.position = position  # read by pick
+            self.materialize(n)
+            for v in a.ins[n]:
+                p = use_ptr[v] + 1
+                use_ptr[v] = p
+                next_use[v] = a.uses[v][p] if p < len(a.uses[v]) else inf
+                if pooling:
+                    dirty.append(v)
+            for v in a.free_after[position]:
+                # lazy: a dead value stays cached until memory is short (it is then the cheapest
+                # to evict unless an evicted value's recomputation will read it)
+                if live[v] and not (lazy and evictable[v]):
+                    live[v] = False
+                    self.mem -= size[v]
+            if not lazy:
+                # values rebuilt for a rematerialization after their last use are dead again now
+                for v in zombies:
+                    if live[v] and next_use[v] == inf:
+                        live[v] = False
+                        self.mem -= size[v]
+            zombies.clear()
+        return self.seq, int(round(self.peak))
+
+    def projected_cost(self, v: int, due: float, limit: float) -> tuple[float, float]:
         """e*: (cost, kept bytes) of recomputing v at time `due`: its producer plus, recursively,
         the producers of inputs that will not be live then; stops once the cost exceeds `limit`.
         Lazy variants keep a live input that dies before `due` cached instead (its bytes are
         returned: they no longer count as freed by the eviction)."""
-        stamp[0] += 1
+        self.stamp += 1
         return _projected_cost(
-            v, due, limit, lazy, ins_ptr, ins_idx, producer, live, free_at, size, c0, seen, stamp[0], stack
-        )
+            v, due, limit, self.lazy, self.ins_ptr, self.ins_idx, self.producer, self.live, self.free_at,
+            self.size, self.c0, self.seen, self.stamp, self.stack,
+        )  # fmt: skip
 
-    def relying_children(v: int) -> tuple[float, float]:
+    def relying_children(self, v: int) -> tuple[float, float]:
         """(earliest next use, total producer cost) of the evicted values whose recomputation
         reads v: evicting v makes each of them more expensive (DTR's evicted descendants)."""
+        a, live, next_use, c0, position = self.a, self.live, self.next_use, self.c0, self.position
+        inf = float("inf")
         due, cost = inf, 0.0
         for c in a.consumers[v]:
             for o in a.outs[c]:
@@ -140,69 +202,64 @@ def _run(
                     cost += c0[o]
         return due, cost
 
-    def scan() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def scan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(candidates in id order, size x age, h with the producer's cost alone: a lower bound of
         e*'s h) over every evictable live unlocked value."""
-        cand = np.flatnonzero(live & evictable & (locked == 0))
-        return (cand, *h_of(cand))
+        cand = np.flatnonzero(self.live & self.evictable & (self.locked == 0))
+        return (cand, *self.h_of(cand))
 
-    def h_of(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if belady:
-            age = next_use[cand] - position  # inf when never used again
+    def h_of(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.belady:
+            age = self.next_use[cand] - self.position  # inf when never used again
         else:
-            age = clock - last_access[cand]
-        denom = size[cand] * age
+            age = self.clock - self.last_access[cand]
+        denom = self.size[cand] * age
         with np.errstate(divide="ignore", invalid="ignore"):
-            return denom, c0[cand] / denom
+            return denom, self.c0[cand] / denom
 
-    # On large graphs a full scan per eviction makes the pass quadratic (issue 20, scale). Belady's
-    # h only grows while a value waits (its next use comes closer), so a scan's POOL best stay
-    # near the top until a value changes otherwise: is read (its next use moves away), becomes
-    # live or unlocked (`dirty`, admitted when its h is <= the scan's floor). pick() takes from
-    # the pool while its k-th best is <= floor and scans again when not: the same choice as a
-    # full scan up to ties and pool members overtaken by others. Graphs up to SCAN_ALL values
-    # scan every time (exact, and bit-identical to before).
-    pooling = belady and nv > SCAN_ALL
-    pool = np.zeros(0, dtype=np.int64)  # ascending ids, as a scan lists them
-    floor = [-inf]
-    dirty: list[int] = []  # filled only when pooling
-
-    def pooled(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        nonlocal pool
-        if dirty:
-            d = np.array(dirty, dtype=np.int64)
-            dirty.clear()
+    def pooled(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The candidates from the pool while its k-th best is within the floor, else a scan
+        that refills it (see __init__)."""
+        live, evictable, locked = self.live, self.evictable, self.locked
+        if self.dirty:
+            d = np.array(self.dirty, dtype=np.int64)
+            self.dirty.clear()
             d = d[live[d] & evictable[d] & (locked[d] == 0)]
-            pool = np.union1d(pool, d[~(h_of(d)[1] > floor[0])])
-        pool = pool[live[pool] & evictable[pool] & (locked[pool] == 0)]
-        denom, h0 = h_of(pool)
-        if k <= len(pool) <= 4 * POOL and np.partition(h0, k - 1)[k - 1] <= floor[0]:
+            self.pool = np.union1d(self.pool, d[~(self.h_of(d)[1] > self.floor)])
+        pool = self.pool = self.pool[live[self.pool] & evictable[self.pool] & (locked[self.pool] == 0)]
+        denom, h0 = self.h_of(pool)
+        if k <= len(pool) <= 4 * POOL and np.partition(h0, k - 1)[k - 1] <= self.floor:
             return pool, denom, h0
-        cand, denom, h0 = scan()
+        cand, denom, h0 = self.scan()
         if len(cand) <= POOL:
-            pool, floor[0] = cand, inf
+            self.pool, self.floor = cand, float("inf")
             return cand, denom, h0
         keep = np.sort(np.argsort(h0, kind="stable")[:POOL])
-        floor[0] = float(h0[keep].max())
-        pool = cand[keep]
+        self.floor = float(h0[keep].max())
+        self.pool = cand[keep]
         return cand, denom, h0  # this pick sees every candidate, as the full scan does
 
-    def pick() -> int:
-        if pooling:
-            cand, denom, h0 = pooled(ESTAR_TOP if estar else 1)
+    def pick(self) -> int:
+        """The value to evict: least h (DTR's h_DTR, or e*'s on the ESTAR_TOP best by the local
+        h); -1 when none can be."""
+        estar, belady = self.estar, self.belady
+        if self.pooling:
+            cand, denom, h0 = self.pooled(ESTAR_TOP if estar else 1)
         else:
-            cand, denom, h0 = scan()
+            cand, denom, h0 = self.scan()
         if len(cand) == 0:
             return -1
         if not estar:
             return int(cand[np.argmin(h0)])
-        order = _smallest(h0, ESTAR_TOP)
+        inf = float("inf")
+        size, next_use, position = self.size, self.next_use, self.position
+        order = smallest(h0, ESTAR_TOP)
         best, best_h = int(cand[order[0]]), inf
         for j in order[:ESTAR_TOP]:
             if h0[j] >= best_h:
                 break  # every later candidate is at least as bad
             v = int(cand[j])
-            child_due, child_cost = relying_children(v)
+            child_due, child_cost = self.relying_children(v)
             if belady:
                 # an evicted child rematerialized first needs v then: v's real next use
                 due = min(next_use[v], child_due)
@@ -211,58 +268,67 @@ def _run(
                 gap = due - position
                 if gap <= 0:
                     continue
-                cost, kept = projected_cost(v, due, best_h * size[v] * gap)
+                cost, kept = self.projected_cost(v, due, best_h * size[v] * gap)
                 if kept >= size[v]:
                     continue
                 h = cost / ((size[v] - kept) * gap)
             else:
                 d = denom[j]
-                h = (child_cost + projected_cost(v, inf, best_h * d - child_cost)[0]) / d
+                h = (child_cost + self.projected_cost(v, inf, best_h * d - child_cost)[0]) / d
             if h < best_h:
                 best, best_h = v, h
         return best
 
-    def compute(n: int) -> None:
-        nonlocal mem, peak, clock, spent
-        spent += a.cost[n]
-        if spent > bound:
-            raise _Abandon
+    def compute(self, n: int) -> None:
+        """Run node n: evict (pick) while its outputs and workspace do not fit the threshold."""
+        a, live, size = self.a, self.live, self.size
+        self.spent += a.cost[n]
+        if self.spent > self.bound:
+            raise Abandon
+        mem = self.mem
         for o in a.outs[n]:
             if live[o]:  # a sibling of the value being rematerialized: rebuilt by this compute
                 live[o] = False
                 mem -= size[o]
         need = a.out_size[n] + a.workspace[n]
+        threshold = self.threshold
         while mem + need > threshold:
-            v = pick()
+            self.mem = mem
+            v = self.pick()
             if v < 0:
                 break
             live[v] = False
             mem -= size[v]
-        peak = max(peak, mem + need)
+        self.peak = max(self.peak, mem + need)
         mem += a.out_size[n]
+        self.mem = mem
+        clock, last_access, next_use, evictable = self.clock, self.last_access, self.next_use, self.evictable
         for o in a.outs[n]:
             live[o] = True
-            if pooling:
-                dirty.append(o)
+            if self.pooling:
+                self.dirty.append(o)
             last_access[o] = clock
-            if next_use[o] == inf and evictable[o]:
-                zombies.append(o)
+            if next_use[o] == _INF and evictable[o]:
+                self.zombies.append(o)
         for v in a.ins[n]:
             last_access[v] = clock
-        clock += 1.0
+        self.clock = clock + 1.0
+        seq = self.seq
         seq.append(n)
-        if len(seq) > cap or (stop is not None and len(seq) % 64 == 0 and stop()):
-            raise _Abandon
+        if len(seq) > self.cap or (self.stop is not None and len(seq) % 64 == 0 and self.stop()):
+            raise Abandon
 
-    def open_frame(n: int) -> list:
+    def open_frame(self, n: int) -> list:
         # lock the inputs that are live now, so making the others live cannot evict them
-        held = [v for v in a.ins[n] if live[v]]
+        held = [v for v in self.a.ins[n] if self.live[v]]
         for v in held:
-            locked[v] += 1
+            self.locked[v] += 1
         return [n, 0, held]
 
-    def materialize(target: int) -> None:
-        stack = [open_frame(target)]
+    def materialize(self, target: int) -> None:
+        """Compute `target`, first (depth first) the producers of its inputs that are not live."""
+        a, live, locked, pooling = self.a, self.live, self.locked, self.pooling
+        stack = [self.open_frame(target)]
         while stack:
             frame = stack[-1]
             n, k, held = frame
@@ -279,42 +345,19 @@ def _run(
                     break
             frame[1] = k
             if k < len(ins):
-                stack.append(open_frame(a.producer[ins[k]]))
+                stack.append(self.open_frame(a.producer[ins[k]]))
                 continue
-            compute(n)
+            self.compute(n)
             for v in held:
                 locked[v] -= 1
                 if pooling and locked[v] == 0:
-                    dirty.append(v)
+                    self.dirty.append(v)
             stack.pop()
 
-    for position, n in enumerate(a.program):  # noqa: B007 (read by pick through the closure)
-        materialize(n)
-        for v in a.ins[n]:
-            p = use_ptr[v] + 1
-            use_ptr[v] = p
-            next_use[v] = a.uses[v][p] if p < len(a.uses[v]) else inf
-            if pooling:
-                dirty.append(v)
-        for v in a.free_after[position]:
-            # lazy: a dead value stays cached until memory is short (it is then the cheapest
-            # to evict unless an evicted value's recomputation will read it)
-            if live[v] and not (lazy and evictable[v]):
-                live[v] = False
-                mem -= size[v]
-        if not lazy:
-            # values rebuilt for a rematerialization after their last use are dead again now
-            for v in zombies:
-                if live[v] and next_use[v] == inf:
-                    live[v] = False
-                    mem -= size[v]
-        zombies.clear()
-    return seq, int(round(peak))
 
-
-def _smallest(h: np.ndarray, k: int) -> np.ndarray:
+def smallest(h: np.ndarray, k: int) -> np.ndarray:
     """``np.argsort(h, kind="stable")[:k]`` in O(len(h)) rather than O(len(h) log len(h)): the
-    eviction scan calls this once per eviction (issue 20, scale)."""
+    eviction scan calls this once per eviction."""
     if k >= len(h):
         return np.argsort(h, kind="stable")
     threshold = np.partition(h, k - 1)[k - 1]

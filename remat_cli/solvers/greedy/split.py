@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from remat_cli.solvers.greedy.arrays import _Abandon, _Arrays
+from remat_cli.solvers.greedy.arrays import Abandon, Arrays
 
 #: how many levels of dead inputs the peak-reduction pass recomputes rather than keeps
 SPLIT_DEPTH = 4
@@ -20,7 +20,7 @@ MOVE_WINDOW = 64
 EXACT_CANDIDATES = 16
 
 
-def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
+def _decode(a: Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
     """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and each
     value's live intervals (start, end, positions reading it), inclusive."""
     nv = len(a.size)
@@ -47,8 +47,8 @@ def _decode(a: _Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int
     return np.cumsum(np.array(diff[:-1])) + a.resident_bytes + ws, intervals
 
 
-def _split(
-    a: _Arrays,
+def run_split(
+    a: Arrays,
     budget: float,
     max_rounds: int,
     depth: int = SPLIT_DEPTH,
@@ -62,7 +62,7 @@ def _split(
 
     The recomputed producer needs its inputs live at that point: an input that is dead by then is
     either kept alive longer (the excess this adds is charged to the score) or recomputed too,
-    recursively up to `depth` levels, whichever scores better. Abandoned (_Abandon) once the
+    recursively up to `depth` levels, whichever scores better. Abandoned (Abandon) once the
     sequence costs more than `bound` (as _run)."""
     seq = list(a.program)
     spent = float(a.cost[seq].sum())
@@ -96,13 +96,13 @@ def _split(
         nodes = list(dict.fromkeys(nodes))  # an ancestor shared by two inputs runs once
         spent += float(a.cost[nodes].sum())
         if spent > bound:
-            raise _Abandon
+            raise Abandon
         seq[b:b] = nodes
     return seq
 
 
 def _best_move(
-    a: _Arrays,
+    a: Arrays,
     seq: list[int],
     prof: np.ndarray,
     intervals: list[list[tuple[int, int, list[int]]]],
@@ -133,7 +133,7 @@ def _best_move(
     return None if k is None else candidates[k]
 
 
-def _lowest(a: _Arrays, candidates: list[list[int]], prof: np.ndarray, budget: float) -> int | None:
+def _lowest(a: Arrays, candidates: list[list[int]], prof: np.ndarray, budget: float) -> int | None:
     """The index of the candidate sequence whose exact profile has the lowest (peak, total
     excess over `budget`), if that is below the current profile `prof`'s; else None."""
     now = (float(prof.max()), float(np.maximum(prof - budget, 0.0).sum()))
@@ -159,7 +159,7 @@ def _segment_loss(prof: np.ndarray, lo: int, hi: int, add: float, budget: float)
 
 
 def _best_split(
-    a: _Arrays,
+    a: Arrays,
     seq: list[int],
     prof: np.ndarray,
     intervals: list[list[tuple[int, int, list[int]]]],

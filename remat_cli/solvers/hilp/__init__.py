@@ -49,7 +49,7 @@ How the pieces fit:
   largest smallest-peak option replaced by their :func:`pieces`, up to ``FINER_TOP`` x M^t
   compute nodes) is solved after the top, with half the top's nominal time (the overall
   deadline still holds), and the cheaper schedule counts.
-- **Flat start (issue 18).** Whole-graph solvers (``flat_start``: fastsa, run as it runs alone
+- **Flat start.** Whole-graph solvers (``flat_start``: fastsa, run as it runs alone
   with the whole limit and one chain per core the fallbacks' process leaves, see
   :mod:`remat_cli.solvers.fastsa.chains`; then moccasin with a tenth of it) run first; the
   cheapest schedule within budget of theirs and the hint's is the flat start (auto's lane hands
@@ -62,12 +62,8 @@ How the pieces fit:
   (App. B.3's sub-step bounds) are stricter than the simulator on it, the instance is posed
   under the budget the start needs and every result is checked by the simulator against the
   real one. The refined top then goes first with the top's share of the time. On ONNX
-  training exports, where the hierarchy's own grouping held the H-ILP at 2-37x fastsa's
-  overhead, its own schedule is now no worse than that start; within 60 s on 2 cores the
-  engine did not improve on the start there (HiGHS does not finish the root of a 72-node top),
-  nor with more time: torch_resnet_train at 50%, 300 s and 600 s on one core, the refined top
-  was solved to optimality and returned fastsa's own 9.11% (fastsa alone at 300 s: 9.11%), so
-  that schedule is optimal among those the instance that follows it can express. Where no
+  training exports, where the hierarchy's own grouping holds the H-ILP well above fastsa's
+  overhead, its own schedule is no worse than that start. Where no
   H-ILP schedule is cheaper than the flat start, the H-ILP's own schedule is the flat start's
   and the message ("used: fastsa's schedule, the flat start") and the result's
   ``produced_by`` say so, instead of "used: H-ILP".
@@ -78,12 +74,10 @@ How the pieces fit:
   leaves, Checkmate's model (the RK-Checkmate of the H-ILP's leaves) in the flat schedule's own
   order is re-solved a window of ``windows`` stages at a time, the rest of the schedule fixed,
   where it recomputes most first; a cheaper schedule within budget is the H-ILP's. The whole
-  model in that order finds nothing over fastsa's schedule of torch_unet_train at 50% in 300 s
-  (``bench/results/hilp_inorder.json``); three windows take its 60 s schedule from 8.27% to
-  7.89% in 20 s. fastsa given those 20 s more gets 7.88% itself, and fastsa fills the limit
-  with its rounds, so at the default limits the windows run only where the flat start leaves
-  time: auto's lane, which hands hilp fastsa's schedule as the hint, or a flat start that ends
-  early (``bench/results/hilp_windows.json``).
+  model in that order is too large to improve on the flat start in time; windows are not. As
+  fastsa fills the limit with its rounds, at the default limits the windows run only where the
+  flat start leaves time: auto's lane, which hands hilp fastsa's schedule as the hint, or a
+  flat start that ends early.
 - **When the hierarchy finds nothing (or little).** Whole-graph solvers run in a fixed order
   (``FALLBACK``: greedy, then fastsa with the time left): with two workers or more in a forked
   process beside the H-ILPs over the whole time limit (:class:`solver.Portfolio`), with one
@@ -97,8 +91,9 @@ How the pieces fit:
 """
 
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs, structural_pairs
-from remat_cli.solvers.hilp.model import build_instance, decode, flatten, hilp_model, trivial
-from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, _Solve
+from remat_cli.solvers.hilp.instance import build_instance
+from remat_cli.solvers.hilp.model import decode, flatten, hilp_model, trivial
+from remat_cli.solvers.hilp.solver import DEFAULT_TIME_LIMIT, HILP, HilpRun
 from remat_cli.solvers.hilp.subgraphs import solve_instance, unit_options
 from remat_cli.solvers.hilp.units import Unit, atomic, canonical, follow, measure, refine
 from remat_cli.solvers.hilp.warmstart import flat_hint, recompute_hint, sequential_hint, sequential_x
@@ -109,7 +104,7 @@ __all__ = [
     "HILP",
     "Ctx",
     "Unit",
-    "_Solve",
+    "HilpRun",
     "atomic",
     "build_instance",
     "canonical",

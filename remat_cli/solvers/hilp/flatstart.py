@@ -1,6 +1,6 @@
 """The H-ILP's whole-graph schedules: the flat start it is cut along and starts from, the
-early incumbent and the fallbacks it competes with (issue 18; HiREmate's "framework of
-solvers", §3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver._Solve`.
+early incumbent and the fallbacks it competes with (HiREmate's "framework of solvers",
+§3.2.1, applied to the whole graph). A mixin of :class:`remat_cli.solvers.hilp.solver.HilpRun`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from remat_cli.solvers.hilp.portfolio import FALLBACK
 from remat_cli.solvers.hilp.units import Unit, flat_option
 
 #: nominal share of the time limit for the whole-graph solvers of ``flat_start``: the hierarchy's
-#: nominal shares are taken of the rest (:meth:`_Solve.span`). fastsa runs as it would alone
+#: nominal shares are taken of the rest (:meth:`Levels.span`). fastsa runs as it would alone
 #: with the whole limit (its iteration budget and its own clock check), so that the H-ILP starts
-#: where fastsa alone ends (issue 18: with a quarter of the limit's iterations,
-#: torch_resnet_train at 70% started from 1.24% where fastsa alone ends at 0.36%); on one core
-#: it used 12 s of 60 on the ONNX exports of 371-627 nodes
+#: where fastsa alone ends (with a share of the limit's iterations it starts well above that)
 FLAT_SHARE = 0.3
 #: each other flat-start solver's limit, a share of the limit (moccasin: deterministic time with
 #: one worker), at most what fastsa left of it (and 1 s at least)
@@ -34,7 +32,7 @@ FLAT_OTHER = 0.1
 FLAT_OTHER_REPRODUCIBLE = 2.0
 
 
-def _names(p: dict[str, Any], key: str) -> list[str]:
+def solver_names(p: dict[str, Any], key: str) -> list[str]:
     """The solver names of a comma-separated option (--flat-start, --leaf-solvers)."""
     return [n for n in str(p.get(key) or "").split(",") if n]
 
@@ -78,7 +76,7 @@ class WholeGraph:
         H-ILP's own top 70.7%). The refined top is cut along it (:func:`follow`) and starts from
         it (:func:`flat_hint`); it gives the layers one more option each (:meth:`flat_options`)."""
         self.flat_seq = []
-        named = _names(self.p, "flat_start")
+        named = solver_names(self.p, "flat_start")
         from remat_cli import registry
 
         found: tuple[float, list[Step], int, str] | None = None
@@ -262,14 +260,14 @@ class WholeGraph:
 
     def early_incumbent(self) -> None:
         """Greedy's schedule as an incumbent at once: the hierarchy's leaf ILPs may use up the
-        whole time limit, and a watchdog then returns the last incumbent (issue 20)."""
+        whole time limit, and a watchdog then returns the last incumbent."""
         from remat_cli import registry
 
         if self.opt.on_incumbent is None or self.p.get("fallback") == "none":
             return  # with fallbacks off, greedy's schedule is not the H-ILP's to return
         if self.fitting_hint is not None:
             return  # the hint is reported at once (flat_schedule), and the last resort
-        if "fastsa" in _names(self.p, "flat_start"):
+        if "fastsa" in solver_names(self.p, "flat_start"):
             return  # the flat fastsa reports its incumbents within seconds (flat_schedule)
         left = min(5.0, self.limit) if self.limit is not None else 5.0
         sub = SolveOptions(time_limit=left, seed=self.opt.seed, workers=2)  # held to it (flat_schedule)

@@ -59,7 +59,7 @@ def _portfolio_main(conn: Any, graph: Graph, budget: int, limit: float, seed: in
     failures: list[str] = []
     for name in FALLBACK:
         left = max(5.0 if name == "greedy" else 0.5, limit - (time.monotonic() - started))
-        # greedy held to its limit (two workers; see solver._Solve.flat_schedule)
+        # greedy held to its limit (two workers; see flatstart.WholeGraph.flat_schedule)
         opts = SolveOptions(time_limit=left, seed=seed, workers=2 if name == "greedy" else 1)
         r = registry.call_solver(name, graph, budget, opts, failures)
         if r is not None and r.steps is not None:

@@ -20,31 +20,24 @@ from remat_cli.schedule import (
 )
 from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.hilp.context import Ctx, grad_pairs
-from remat_cli.solvers.hilp.flatstart import FLAT_SHARE, WholeGraph, _names
-from remat_cli.solvers.hilp.hpartition import LevelGraph, h_partition
-from remat_cli.solvers.hilp.model import Instance, build_instance, flatten, trivial
+from remat_cli.solvers.hilp.flatstart import solver_names
+from remat_cli.solvers.hilp.instance import Instance, build_instance
+from remat_cli.solvers.hilp.levels import TOP_OPTIONS, Levels
+from remat_cli.solvers.hilp.model import flatten, trivial
 from remat_cli.solvers.hilp.portfolio import Portfolio
-from remat_cli.solvers.hilp.subgraphs import Job, run_jobs, solve_instance
+from remat_cli.solvers.hilp.subgraphs import solve_instance
 from remat_cli.solvers.hilp.units import (
-    Opt,
     Unit,
-    atomic,
-    canonical,
     compute_nodes,
     first_ranks,
     follow,
-    measure,
-    pareto,
     refine,
-    spread,
 )
 from remat_cli.solvers.hilp.windows import Windows, sweep
 
 #: the refined top (units replaced by their pieces where the memory is) has at most this many
 #: times M^t compute nodes
 FINER_TOP = 3
-#: options kept per top-level unit at least (§3.2.2's N_o split gives the rest)
-TOP_OPTIONS = 6
 #: share of the time after the flat start for the windows over it (:mod:`.windows`); the
 #: hierarchy and the tops have the rest
 WINDOW_SHARE = 0.5
@@ -114,19 +107,14 @@ class HILP(Solver):
             "whole-graph solvers run first, comma-separated (fastsa as it runs alone in the whole "
             "limit, about a fifth of it; each other one 10% of the limit); the "
             "cheapest schedule within budget is the one the refined top is cut along and starts "
-            "from, and gives every top-level layer one more option (empty: none; issue 18: on "
-            "the ONNX training graphs at 50% and 70% the H-ILP's own schedule went from 2-37x "
-            "fastsa's overhead to fastsa's, e.g. torch_unet_train at 50% 310% -> 8.3%; moccasin's "
-            "fixed-order schedule of torch_transformer_train at 70% costs 1.39% where fastsa's "
-            "costs 2.29%)",
+            "from, and gives every top-level layer one more option (empty: none)",
         ),
         Param(
             "windows",
             int,
             40,
             "stages per window of Checkmate's model in the flat start's order, re-solved with the "
-            "rest of that schedule fixed, half the time after it (0: off; issue 18: "
-            "torch_unet_train at 50%, fastsa's 60 s schedule 8.27% -> 7.89% in 20 s, where fastsa given those 20 s reaches 7.88%)",
+            "rest of that schedule fixed, half the time after it (0: off)",
             low=0,
             high=100000,
         ),
@@ -168,7 +156,7 @@ class HILP(Solver):
             # --budget 50% --solver hilp`, the pitch's command, ran past 20 minutes and had 13.0%
             # there, where the 60 s default returned 9.91% (two workers)
             options = replace(options, time_limit=DEFAULT_TIME_LIMIT)
-        return _Solve(graph, budget, options, p).run()
+        return HilpRun(graph, budget, options, p).run()
 
 
 def _check_solver_names(p: dict[str, Any]) -> None:
@@ -177,14 +165,16 @@ def _check_solver_names(p: dict[str, Any]) -> None:
     from remat_cli import registry
 
     known = [n for n in registry.names() if n not in ("hilp", "auto")]
-    named = [("--flat-start", n) for n in _names(p, "flat_start")]
-    named += [("--leaf-solvers", n) for n in _names(p, "leaf_solvers")]
+    named = [("--flat-start", n) for n in solver_names(p, "flat_start")]
+    named += [("--leaf-solvers", n) for n in solver_names(p, "leaf_solvers")]
     for flag, name in named:
         if name not in known:
             raise OptionError(f"{flag}: {name!r} is not a solver it can call (known: {', '.join(known)})")
 
 
-class _Solve(WholeGraph):
+class HilpRun(Levels):
+    """One solve of the H-ILP solver: flat start, hierarchy, tops and fallbacks."""
+
     def __init__(self, graph: Graph, budget: int, options: SolveOptions, params: dict[str, Any]):
         self.g = graph
         self.budget = budget
@@ -203,9 +193,9 @@ class _Solve(WholeGraph):
         self.started = time.monotonic()
         fallback = params.get("fallback") != "none"
         #: with two workers or more the whole-graph fallbacks run beside the H-ILPs in a process
-        #: of their own over the whole time limit (issue 18: at 15% of the limit after them,
-        #: fastsa's schedule of torch_resnet_train at 70% cost 1.16% against its own 0.36% at
-        #: the full limit); with one worker (deterministic) they follow the H-ILPs
+        #: of their own over the whole time limit (with a share of the limit after them fastsa
+        #: ends well above its own schedule at the full limit); with one worker (deterministic)
+        #: they follow the H-ILPs
         self.parallel = fallback and options.workers >= 2 and self.limit is not None
         #: share of the time limit for the H-ILPs: 15% stays for sequential fallbacks
         self.ilp_share = 0.85 if fallback and not self.parallel else 1.0
@@ -243,27 +233,59 @@ class _Solve(WholeGraph):
         g = self.g
         self.flat_schedule()
         windowed = self.windows()
+        ctx, top_units, inst = self.top_instance()
+        base = baseline(g)
+        best, lowest = self.trivial_incumbents(inst, base)
+        tops, order, parts = self.tops(ctx, top_units, inst, base)
+        found, low = self.solve_tops(tops, top_units, order, self.budget - g.resident_bytes, base, parts)
+        lowest = min(lowest, low)
+        if windowed is not None:
+            head, w = windowed
+            if w.steps is None:
+                parts.append(f"{head}: {w.note}")
+            else:
+                parts.append(f"{head}: {w.note} (overhead {overhead(w.cost, base.cost):.4f})")
+                if found is None or w.cost < found[0]:
+                    found = (w.cost, w.steps, w.peak)
+        if self.flat_start is not None and (found is None or self.flat_start[0] < found[0]):
+            # the flat start is the H-ILP's own schedule where no top improves on it, also where
+            # no refined top could follow it (``follow`` found no cut): the top alone was
+            # returned then, though costlier (test_a_flat_start_no_top_improves_is_named_as_such)
+            found = self.flat_start
+        msg = f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; " + "; ".join(parts)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+            self.opt.incumbent(best[1])
+        return self.result(best, msg, base, lowest)
+
+    def top_instance(self) -> tuple[Ctx, list[Unit], Instance]:
+        """The hierarchy's top-level units and their instance: with layers where the graph has
+        them; plain subgraphs where the layers' quotient has a cycle (a pairing that does not
+        follow the gradient flow)."""
+        g = self.g
         try:
             ctx = Ctx(g, self.training())
             top_units = self.hierarchy(ctx)
             self.prefer = self.flat_options(ctx, top_units)
             inst = build_instance(ctx, top_units, with_loss=False)
         except (AssertionError, GraphError):
-            # layers whose quotient has a cycle (a pairing that does not follow the gradient
-            # flow): plain subgraphs instead
             ctx = Ctx(g, False)
             top_units = self.hierarchy(ctx)
             self.prefer = self.flat_options(ctx, top_units)
             inst = build_instance(ctx, top_units, with_loss=False)
-        base = baseline(g)
+        return ctx, top_units, inst
+
+    def trivial_incumbents(
+        self, inst: Instance, base: SimResult
+    ) -> tuple[tuple[float, list[Step], int] | None, int]:
+        """Incumbents before the top ILP: the baseline when it fits, then every unit once with
+        its fastest or smallest option; the cheapest within budget and the lowest peak seen."""
+        g = self.g
         best: tuple[float, list[Step], int] | None = None
         if base.peak_memory <= self.budget:
             best = (base.cost, _baseline_steps(g), base.peak_memory)
             self.opt.incumbent(best[1])
         lowest = base.peak_memory
-        resident = g.resident_bytes
-        target = self.budget - resident
-        # incumbents before the top ILP: every unit once with its fastest or smallest option
         for pick in ("time", "peak", "kept"):
             steps = steps_from_sequence(g, flatten(inst, trivial(inst, pick))[0])
             sim = self.simulated(steps)
@@ -273,23 +295,28 @@ class _Solve(WholeGraph):
             if sim.peak_memory <= self.budget and (best is None or sim.cost < best[0]):
                 best = (sim.cost, steps, sim.peak_memory)
                 self.opt.incumbent(steps)
-        # one level down where the memory is: the units needing the most memory replaced by
-        # their pieces (less is held together) while the instance stays of a solvable size,
-        # solved after the top with half its nominal time (the overall deadline still holds);
-        # the cheaper schedule counts. With a whole-graph schedule (flat_start) the pieces are
-        # cut along it instead (`follow`), so that it is the refined top's start
+        return best, lowest
+
+    def tops(
+        self, ctx: Ctx, top_units: list[Unit], inst: Instance, base: SimResult
+    ) -> tuple[list[tuple[list[Unit], Instance, list[int | None] | None]], dict[str, int] | None, list[str]]:
+        """The top H-ILPs to solve, in order, the whole-graph order a refined top follows (None:
+        none does), and the message's parts so far. One level down where the memory is: the
+        units needing the most memory replaced by their pieces (less is held together) while
+        the instance stays of a solvable size, solved after the top with half its nominal time
+        (the overall deadline still holds); the cheaper schedule counts. With a whole-graph
+        schedule (flat_start) the pieces are cut along it instead (`follow`), so that it is the
+        refined top's start."""
         order = self.flat_order()
         cap = FINER_TOP * int(self.p["max_top"])
         finer = follow(ctx, top_units, self.flat_seq, cap) if self.flat_seq else None
-        found = None
         parts = []
         if finer is not None and compute_nodes(finer) > 2 * cap:
             # the schedule recomputes in too many places to be followed by an instance of a
-            # solvable size (transformer_l125 at 50%: 1,722 compute nodes, whose model alone
-            # outlasted the limit): that instance's start, the schedule itself, is all it would
-            # give in time (as a top whose model cannot be built, see solve_top); the refined
-            # top of old, without it, is solved instead (the schedule itself is a candidate
-            # below, as every flat start is)
+            # solvable size: that instance's start, the schedule itself, is all it would give
+            # in time (as a top whose model cannot be built, see solve_top); the refined top
+            # of old, without it, is solved instead (the schedule itself is a candidate below,
+            # as every flat start is)
             if self.flat_start is not None:
                 parts.append(
                     f"refined ({compute_nodes(finer)} compute nodes, from {self.flat_name}'s schedule): "
@@ -312,6 +339,21 @@ class _Solve(WholeGraph):
             # a refined top that follows the whole-graph schedule starts from it: it goes first,
             # with the top's share, where its start is worth the most time
             tops = [refined, *tops] if order is not None else [*tops, refined]
+        return tops, order, parts
+
+    def solve_tops(
+        self,
+        tops: list[tuple[list[Unit], Instance, list[int | None] | None]],
+        top_units: list[Unit],
+        order: dict[str, int] | None,
+        target: int,
+        base: SimResult,
+        parts: list[str],
+    ) -> tuple[tuple[float, list[Step], int] | None, int]:
+        """Each top H-ILP in turn under `target` (the budget less the resident bytes): the
+        cheapest schedule found and the lowest peak; a part of the message for each."""
+        found = None
+        lowest = base.peak_memory
         for i, (units, ins, pref) in enumerate(tops):
             share = 1.0 if i == 0 or not self.deterministic else 0.5
             follows = order is not None and units is not top_units
@@ -331,28 +373,17 @@ class _Solve(WholeGraph):
                 if found is None or got[0] < found[0]:
                     found = got
             parts.append(part)
-        if windowed is not None:
-            head, w = windowed
-            if w.steps is None:
-                parts.append(f"{head}: {w.note}")
-            else:
-                parts.append(f"{head}: {w.note} (overhead {overhead(w.cost, base.cost):.4f})")
-                if found is None or w.cost < found[0]:
-                    found = (w.cost, w.steps, w.peak)
-        if self.flat_start is not None and (found is None or self.flat_start[0] < found[0]):
-            # the flat start is the H-ILP's own schedule where no top improves on it, also where
-            # no refined top could follow it (``follow`` found no cut): the top alone was
-            # returned then, though costlier (test_a_flat_start_no_top_improves_is_named_as_such)
-            found = self.flat_start
-        msg = f"{len(top_units)} top-level units, {len(inst.items)} compute nodes; " + "; ".join(parts)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = found
-            self.opt.incumbent(best[1])
+        return found, lowest
+
+    def result(
+        self, best: tuple[float, list[Step], int] | None, msg: str, base: SimResult, lowest: int
+    ) -> SolverResult:
+        """The result after the fallbacks: the hierarchy's fixed grouping can rule out every
+        schedule a finer one has (a unit keeps all its outputs together), and a top H-ILP cut
+        short by the clock can be poor: leaf solvers on the whole graph, the framework of
+        solvers (§3.2.1) applied at the top, compete with it, and nothing is called infeasible
+        before they have run."""
         own, by = self.own_source(best)
-        # the hierarchy's fixed grouping can rule out every schedule a finer one has (a unit
-        # keeps all its outputs together), and a top H-ILP cut short by the clock can be poor:
-        # leaf solvers on the whole graph, the framework of solvers (§3.2.1) applied at the
-        # top, compete with it, and nothing is called infeasible before they have run
         if self.portfolio is not None:
             fb = self.portfolio.collect(
                 self.limit - self.elapsed() if self.limit is not None else 0.0, self.helper_notes
@@ -533,168 +564,9 @@ class _Solve(WholeGraph):
                 self.helper_notes.append(note)
             return None
 
-    def span(self) -> float:
-        """The time limit the hierarchy's nominal shares are taken of: what the flat start
-        (when one ran) leaves of it."""
-        assert self.limit is not None
-        return (
-            self.limit * (1 - FLAT_SHARE)
-            if self.flat_seq is not None and self.p.get("flat_start")
-            else self.limit
-        )
-
     def flat_order(self) -> dict[str, int] | None:
         """Operator -> rank of its first computation in the whole-graph schedule (flat_start)."""
         return first_ranks(self.flat_seq) if self.flat_seq else None
-
-    # ---- hierarchy: partition, then solve units bottom-up ----
-    def hierarchy(self, ctx: Ctx) -> list[Unit]:
-        g = self.g
-        needed = [n for n in g.topo_order if n in ctx.needed]
-        training = bool(ctx.forward)
-        base_nodes = [n for n in needed if n in ctx.forward] if training else needed
-        idx = {n: i for i, n in enumerate(base_nodes)}
-        preds = [
-            sorted({idx[ctx.producer[v]] for v in ctx.nodes[n].inputs if ctx.producer.get(v) in idx})
-            for n in base_nodes
-        ]
-        values = []
-        for n in base_nodes:
-            for v in ctx.nodes[n].outputs:
-                cons = tuple(sorted({idx[c] for c in ctx.consumers[v] if c in idx}))
-                values.append((ctx.size(v), idx[n], cons, v in ctx.outputs))
-        lg = LevelGraph(preds, values, [1] * len(base_nodes))
-        levels = h_partition(lg, int(self.p["max_subgraph"]), int(self.p["max_top"]), float(self.p["alpha"]))
-        # level-0 units
-        if training:
-            units: list[Unit] = []
-            for n in base_nodes:
-                if ctx.grads.get(n):
-                    units.append(
-                        Unit(fwd=(n,), bwd=tuple(sorted(ctx.grads[n], key=ctx.pos.__getitem__)), layer=True)
-                    )
-                else:
-                    units.append(Unit(fwd=(n,), bwd=(), layer=False))
-        else:
-            units = [Unit(fwd=(n,), bwd=(), layer=False) for n in base_nodes]
-        atoms: dict[str, Unit] = {}
-
-        def atom(n: str) -> Unit:
-            if n not in atoms:
-                atoms[n] = atomic(ctx, n)
-            return atoms[n]
-
-        # level 0: a layer of one forward operator and several backward ones (ONNX training
-        # graphs, paired by structural_pairs) is a subgraph of its own, solved for its options;
-        # split into atoms it would leave its backward operators one by one to the top H-ILP
-        solve0 = [ui for ui, u in enumerate(units) if u.layer and len(u.bwd) > 1]
-        for ui in solve0:
-            units[ui].children = [atom(n) for n in units[ui].fwd + units[ui].bwd]
-        n_levels = len(levels) + (1 if solve0 else 0)
-        if solve0:
-            self.solve_level(ctx, units, 0, n_levels, leaf=True)
-            self.opt.progress(stage="level 0", subgraphs=len(solve0))
-        for li, groups in enumerate(levels):
-            new_units: list[Unit] = []
-            for grp in groups:
-                members = [units[i] for i in grp]
-                if len(grp) == 1:
-                    new_units.append(members[0])
-                    continue
-                fwd = tuple(sorted((n for u in members for n in u.fwd), key=ctx.pos.__getitem__))
-                bwd = tuple(sorted((n for u in members for n in u.bwd), key=ctx.pos.__getitem__))
-                u = Unit(fwd=fwd, bwd=bwd, layer=bool(bwd))
-                u.children = [c for m in members for c in self.expand(m, atom)]
-                self.select(u.children)
-                new_units.append(u)
-            li_all = li + (1 if solve0 else 0)
-            solved = self.solve_level(ctx, new_units, li_all, n_levels, leaf=li == 0)
-            units = new_units
-            self.opt.progress(stage=f"level {li + 1}", subgraphs=len(groups), solved=solved)
-        # top units: solved subgraphs keep their options; the others stand for their operators
-        top = [c for u in units for c in self.expand(u, atom)]
-        done = {n for u in top for n in u.owned}
-        top += [atom(n) for n in needed if n not in done]
-        self.select(top, TOP_OPTIONS)
-        return top
-
-    def solve_level(self, ctx: Ctx, new_units: list[Unit], li: int, n_levels: int, leaf: bool) -> int:
-        """Options of every unit of one level that has children and none yet (one
-        representative per class of identical subgraphs, App. C.1.1); returns how many were
-        solved."""
-        owners: list[int] = []
-        jobs: list[Job] = []
-        classes: dict[tuple[Any, ...], int] = {}
-        translate: list[tuple[int, int, list[str]]] = []
-        reps: dict[int, list[str]] = {}
-        for ui, u in enumerate(new_units):
-            if u.children is None or u.options:
-                continue
-            key, order = canonical(ctx, u)
-            if key in classes:
-                translate.append((ui, classes[key], order))
-                continue
-            classes[key] = ui
-            reps[ui] = order
-            owners.append(ui)
-        share = None
-        if self.limit is not None:
-            left = max(0.1, self.span() * 0.5 - (0 if self.deterministic else self.elapsed()))
-            if self.deterministic:
-                left = self.span() * 0.5 / max(1, n_levels)
-            else:
-                left = left / max(1, n_levels - li)
-            # building and measuring take time too: the ILPs get 70% of the share
-            share = 0.7 * left / max(1, len(owners) / max(1, int(self.p["jobs"])))
-        fr = _fractions(int(self.p["levels"]))
-        names = tuple(_names(self.p, "leaf_solvers")) if leaf else ()
-        for ui in owners:
-            jobs.append(
-                Job(
-                    new_units[ui],
-                    fr,
-                    share,
-                    self.backend,
-                    self.opt.seed,
-                    self.deterministic,
-                    names,
-                    self.deadline,
-                )
-            )
-        results = self.run_jobs(ctx, jobs)
-        for ui, (opts, failures) in zip(owners, results, strict=True):
-            new_units[ui].options = opts
-            self.leaf_failures.extend(failures)
-        for ui, rep, order in translate:
-            mapping = dict(zip(reps[rep], order, strict=True))
-            u = new_units[ui]
-            u.options = pareto(
-                [
-                    measure(ctx, u.owned, tuple(mapping[n] for n in o.fwd), tuple(mapping[n] for n in o.bwd))
-                    for o in new_units[rep].options
-                ]
-            )
-        return len(owners)
-
-    @staticmethod
-    def expand(u: Unit, atom: Any) -> list[Unit]:
-        """A unit without options (never grouped) stands for its atomic operators."""
-        if u.options:
-            return [u]
-        return [atom(n) for n in u.fwd + u.bwd]
-
-    def select(self, units: list[Unit], floor: int = 3) -> None:
-        """§3.2.2: split N_o over the compute nodes in proportion to their basic operations,
-        each keeping at least `floor` (the top level, solved once and warm-started, affords
-        more: with 3 options a 25-unit top has only "keep all", "keep some", "keep nothing")."""
-        n_o = int(self.p["options"])
-        total = sum(u.ops for u in units if len(u.options) > 1) or 1
-        for u in units:
-            if len(u.options) > 1:
-                u.options = spread(u.options, max(floor, round(n_o * u.ops / total)))
-
-    def run_jobs(self, ctx: Ctx, jobs: list[Job]) -> list[tuple[list[Opt], list[tuple[str, str]]]]:
-        return run_jobs(ctx, jobs, int(self.p["jobs"]))
 
 
 def _leaf_failure_notes(failures: list[tuple[str, str]]) -> list[str]:
@@ -710,12 +582,6 @@ def _leaf_failure_notes(failures: list[tuple[str, str]]) -> list[str]:
         note + (f" (and on {more[name]} more subgraphs)" if name in more else "")
         for name, note in first.items()
     ]
-
-
-def _fractions(levels: int) -> tuple[float, ...]:
-    if levels <= 1:
-        return (1.0,)
-    return tuple(1.0 - i / (levels - 1) for i in range(levels))
 
 
 def _baseline_steps(g: Graph) -> list[Step]:

@@ -16,10 +16,9 @@ from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import baseline, peak_lower_bound
 from remat_cli.solver import SolveOptions
 from remat_cli.solvers.hilp.context import LOSS, Ctx
+from remat_cli.solvers.hilp.instance import Instance, build_instance
 from remat_cli.solvers.hilp.model import (
-    Instance,
     OutOfTime,
-    build_instance,
     decode,
     flatten,
     hilp_model,

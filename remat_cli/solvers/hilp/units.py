@@ -170,7 +170,7 @@ def measure(ctx: Ctx, owned: frozenset[str], fwd: Sequence[str], bwd: Sequence[s
 
 def flat_option(ctx: Ctx, unit: Unit, seq: Sequence[str]) -> Opt | None:
     """The option a whole-graph schedule (its compute sequence `seq`, e.g. greedy's) gives a
-    layer unit (issue 18: a flat schedule translated into the top H-ILP's start): its forward
+    layer unit (a flat schedule translated into the top H-ILP's start): its forward
     operators once, in order, then every computation of its operators from the end of its
     forward pass to its last backward operator -- the recomputations the flat schedule makes
     for this layer's backward. None for plain units or when `seq` misses an operator."""
@@ -272,7 +272,7 @@ def refine(ctx: Ctx, units: list[Unit], cap: int) -> list[Unit] | None:
 
 def follow(ctx: Ctx, units: list[Unit], seq: Sequence[str], cap: int) -> list[Unit]:
     """Top units from which a whole-graph schedule (its compute sequence `seq`, e.g. fastsa's)
-    reads phase by phase (issue 18: the flat schedule as the top H-ILP's start,
+    reads phase by phase (the flat schedule as the top H-ILP's start,
     :func:`remat_cli.solvers.hilp.warmstart.flat_hint`). A compute node runs its operators
     together, and a phase runs its recomputations before its compute node, so
 

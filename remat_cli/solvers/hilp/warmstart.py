@@ -148,8 +148,6 @@ def recompute_hint(
     once. The schedule is aimed under a shrinking
     share of `budget` until its H-ILP vector (derived as in :func:`sequential_x`) satisfies
     every row; None when none does. OutOfTime once the wall clock passes `deadline` (epoch s)."""
-    items = inst.items
-    T = len(items)
     choice_u = [
         min(
             range(len(u.options)),
@@ -157,100 +155,14 @@ def recompute_hint(
         )
         for u in inst.units
     ]
-    choice = [0 if it.kind == "loss" else choice_u[it.unit] for it in items]
+    choice = [0 if it.kind == "loss" else choice_u[it.unit] for it in inst.items]
     readers = _readers(inst, choice)
-    reads: list[list[int]] = [[] for _ in range(T)]
-    for d, ks in enumerate(readers):
-        for k in ks:
-            reads[k].append(d)
-    last_reader = [max(r, default=-1) for r in readers]
-    sizes = inst.sizes
+    rec = _Recompute(inst, choice, readers, deadline)
     A = model.matrix()
     lo = model.row_lb - 1e-6
     hi = model.row_ub + 1e-6
-
-    def phases_for(aim: float) -> tuple[list[list[int]], list[set[int]]] | None:
-        alive: set[int] = set()
-        ends: list[set[int]] = []
-        phases: list[list[int]] = []
-        last_rel: dict[int, int] = {}
-        kept = 0  # phantoms between F_j and B_j
-
-        def rerunnable(k: int, t: int) -> bool:
-            it = items[k]
-            return it.kind == "plain" or (it.kind == "F" and inst.layer_of[it.unit][1] > t)
-
-        def plan(t: int) -> list[int] | None:
-            """Items phase t runs: t after the plain producers of inputs not in memory."""
-            comp: set[int] = set()
-
-            def run(k: int) -> bool:
-                for d in reads[k]:
-                    p = inst.producer[d]
-                    if d not in alive and p not in comp and (not rerunnable(p, t) or not run(p)):
-                        return False
-                comp.add(k)
-                return True
-
-            return sorted(comp) if run(t) else None
-
-        def peak(t: int, comp: list[int]) -> tuple[int, set[int]]:
-            """Memory at the phase's fullest item, and the data it reads."""
-            live = set(alive)
-            mem = sum(sizes[d] for d in live) + kept
-            top = 0
-            used = set()
-            for k in comp:
-                new = [d for d in items[k].outs if d not in live]
-                top = max(top, mem + sum(sizes[d] for d in new) + items[k].m[choice[k]])
-                live.update(new)
-                mem += sum(sizes[d] for d in new)
-                used.update(reads[k])
-                done = [d for d in reads[k] if max((r for r in readers[d] if r in comp), default=-1) <= k]
-                for d in done:
-                    if d in live and last_reader[d] <= t and not inst.final[d]:
-                        live.discard(d)
-                        mem -= sizes[d]
-            return top, used
-
-        for t in range(T):
-            if deadline is not None and time.time() > deadline:
-                raise OutOfTime
-            comp = plan(t)
-            if comp is None:
-                return None
-            top, used = peak(t, comp)
-            while top > aim:
-                cands = [
-                    (nxt, sizes[d], d)
-                    for d in alive
-                    if d not in used
-                    and not inst.final[d]
-                    and rerunnable(inst.producer[d], nxt := min(k for k in readers[d] if k > t))
-                ]
-                if not cands:
-                    break
-                *_, d = max(cands)
-                alive.discard(d)
-                for e in ends[last_rel[d] :]:
-                    e.discard(d)
-                top, used = peak(t, comp)
-            for k in comp:
-                alive.update(items[k].outs)
-                for d in (*reads[k], *items[k].outs):
-                    last_rel[d] = t
-            it = items[t]
-            if it.kind == "F":
-                kept += it.phantom[choice[t]]
-            elif it.kind == "B":
-                kept -= it.phantom[choice[t]]
-            alive -= {d for d in alive if last_reader[d] <= t and not inst.final[d]}
-            ends.append(set(alive))
-            phases.append(comp)
-        return phases, ends
-
     for frac in RECOMPUTE_AIMS:
-        sched = phases_for(frac * budget)
+        sched = rec.phases_for(frac * budget)
         if sched is None:
             return None
         x = phase_vector(inst, model, choice, readers, *sched)
@@ -259,6 +171,115 @@ def recompute_hint(
             if bool(np.all(ax <= hi) and np.all(ax >= lo)):
                 return x
     return None
+
+
+class _Recompute:
+    """The recomputing schedule of :func:`recompute_hint` under one aim, phase by phase."""
+
+    def __init__(
+        self, inst: Instance, choice: list[int], readers: list[list[int]], deadline: float | None
+    ) -> None:
+        self.inst = inst
+        self.items = inst.items
+        self.choice = choice
+        self.readers = readers
+        self.deadline = deadline
+        self.reads: list[list[int]] = [[] for _ in range(len(inst.items))]
+        for d, ks in enumerate(readers):
+            for k in ks:
+                self.reads[k].append(d)
+        self.last_reader = [max(r, default=-1) for r in readers]
+
+    def rerunnable(self, k: int, t: int) -> bool:
+        """Plain items and F_j before its B_j may run again in phase t."""
+        it = self.items[k]
+        return it.kind == "plain" or (it.kind == "F" and self.inst.layer_of[it.unit][1] > t)
+
+    def plan(self, t: int, alive: set[int]) -> list[int] | None:
+        """Items phase t runs: t after the plain producers of inputs not in memory."""
+        comp: set[int] = set()
+        inst, reads = self.inst, self.reads
+
+        def run(k: int) -> bool:
+            for d in reads[k]:
+                p = inst.producer[d]
+                if d not in alive and p not in comp and (not self.rerunnable(p, t) or not run(p)):
+                    return False
+            comp.add(k)
+            return True
+
+        return sorted(comp) if run(t) else None
+
+    def peak(self, t: int, comp: list[int], alive: set[int], kept: int) -> tuple[int, set[int]]:
+        """Memory at the phase's fullest item, and the data it reads."""
+        inst, items, sizes, reads, readers = self.inst, self.items, self.inst.sizes, self.reads, self.readers
+        live = set(alive)
+        mem = sum(sizes[d] for d in live) + kept
+        top = 0
+        used = set()
+        for k in comp:
+            new = [d for d in items[k].outs if d not in live]
+            top = max(top, mem + sum(sizes[d] for d in new) + items[k].m[self.choice[k]])
+            live.update(new)
+            mem += sum(sizes[d] for d in new)
+            used.update(reads[k])
+            done = [d for d in reads[k] if max((r for r in readers[d] if r in comp), default=-1) <= k]
+            for d in done:
+                if d in live and self.last_reader[d] <= t and not inst.final[d]:
+                    live.discard(d)
+                    mem -= sizes[d]
+        return top, used
+
+    def phases_for(self, aim: float) -> tuple[list[list[int]], list[set[int]]] | None:
+        """The phases' items and the data alive at each phase's end, evicting (Belady) while a
+        phase's peak is above `aim`; None where a phase cannot run."""
+        inst, items, sizes, readers, choice = (
+            self.inst,
+            self.items,
+            self.inst.sizes,
+            self.readers,
+            self.choice,
+        )
+        alive: set[int] = set()
+        ends: list[set[int]] = []
+        phases: list[list[int]] = []
+        last_rel: dict[int, int] = {}
+        kept = 0  # phantoms between F_j and B_j
+        for t in range(len(items)):
+            if self.deadline is not None and time.time() > self.deadline:
+                raise OutOfTime
+            comp = self.plan(t, alive)
+            if comp is None:
+                return None
+            top, used = self.peak(t, comp, alive, kept)
+            while top > aim:
+                cands = [
+                    (nxt, sizes[d], d)
+                    for d in alive
+                    if d not in used
+                    and not inst.final[d]
+                    and self.rerunnable(inst.producer[d], nxt := min(k for k in readers[d] if k > t))
+                ]
+                if not cands:
+                    break
+                *_, d = max(cands)
+                alive.discard(d)
+                for e in ends[last_rel[d] :]:
+                    e.discard(d)
+                top, used = self.peak(t, comp, alive, kept)
+            for k in comp:
+                alive.update(items[k].outs)
+                for d in (*self.reads[k], *items[k].outs):
+                    last_rel[d] = t
+            it = items[t]
+            if it.kind == "F":
+                kept += it.phantom[choice[t]]
+            elif it.kind == "B":
+                kept -= it.phantom[choice[t]]
+            alive -= {d for d in alive if self.last_reader[d] <= t and not inst.final[d]}
+            ends.append(set(alive))
+            phases.append(comp)
+        return phases, ends
 
 
 def _readers(inst: Instance, choice: Sequence[int]) -> list[list[int]]:
@@ -331,7 +352,7 @@ def flat_vector(
     inst: Instance, model: LinearModel, seq: Sequence[str], prefer: Sequence[int | None] | None = None
 ) -> np.ndarray | None:
     """A whole-graph schedule (its compute sequence `seq`, e.g. fastsa's) as a start of the
-    H-ILP (issue 18: a flat schedule translated into the top H-ILP's MIP start). Phase t
+    H-ILP (a flat schedule translated into the top H-ILP's MIP start). Phase t
     computes item t (the instance's order, :func:`remat_cli.solvers.hilp.units.follow`); a
     computation in `seq` of an item already run in full is a recomputation in the phase of the
     first item `seq` has not yet run in full (the whole item: the H-ILP has no finer grain),

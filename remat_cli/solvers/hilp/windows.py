@@ -1,4 +1,4 @@
-"""Windows: the flat start improved by exact ILPs over stretches of its own order (issue 18; our
+"""Windows: the flat start improved by exact ILPs over stretches of its own order (our
 addition to HiREmate's "framework of solvers", §3.2.1).
 
 The H-ILP's leaves are RK-Checkmate (Gusak et al., App. B): Checkmate's MILP (Jain et al., eqs.
@@ -29,7 +29,7 @@ from remat_cli.milp import EngineSettings
 from remat_cli.milp import solve as milp_solve
 from remat_cli.schedule import Step, simulate
 from remat_cli.solvers.checkmate.decode import hint_vector, steps_from_S
-from remat_cli.solvers.checkmate.model import CheckmateModel, _stri, _tri, build_model, stages_of
+from remat_cli.solvers.checkmate.model import CheckmateModel, build_model, stages_of, stri, tri
 
 #: most stages the whole-graph model is built for (it has O(T²) columns: 1.1 M at 627 stages,
 #: built in 2-3 s); past it the windows are not tried
@@ -67,12 +67,12 @@ def column_stages(cm: CheckmateModel) -> tuple[np.ndarray, np.ndarray, np.ndarra
     T, n = cm.stages.T, cm.model.num_vars
     stage_r, stage_s, stage_u = np.full(n, -1), np.full(n, -1), np.full(n, -1)
     t, i = np.tril_indices(T)
-    stage_r[cm.R[_tri(t, i)]] = t
-    stage_u[cm.U[_tri(t, i)]] = t
+    stage_r[cm.R[tri(t, i)]] = t
+    stage_u[cm.U[tri(t, i)]] = t
     stage_u[cm.FREE] = cm.free_t
     t, i = np.tril_indices(T + 1, -1)
     keep = t >= 1
-    stage_s[cm.S[_stri(t[keep], i[keep])]] = t[keep]
+    stage_s[cm.S[stri(t[keep], i[keep])]] = t[keep]
     return stage_r, stage_s, stage_u
 
 

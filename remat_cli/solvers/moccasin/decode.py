@@ -10,20 +10,20 @@ from ortools.sat.python import cp_model
 from remat_cli.graph import Graph
 from remat_cli.schedule import Step, steps_from_sequence
 from remat_cli.solver import SolveOptions
-from remat_cli.solvers.moccasin.model import Expr, Interval, _Model
-from remat_cli.solvers.moccasin.starts import _sequence_of
+from remat_cli.solvers.moccasin.model import Expr, Interval, Model
+from remat_cli.solvers.moccasin.starts import sequence_of
 
 
-class _Incumbents(cp_model.CpSolverSolutionCallback):
+class Incumbents(cp_model.CpSolverSolutionCallback):
     """Reports each CP-SAT solution (eq. (1) value, bound, decoded steps) to the CLI."""
 
-    def __init__(self, m: _Model, graph: Graph, options: SolveOptions, phase: int, cap: int, unit: float):
+    def __init__(self, m: Model, graph: Graph, options: SolveOptions, phase: int, cap: int, unit: float):
         super().__init__()
         self.m, self.graph, self.options = m, graph, options
         self.phase, self.cap, self.unit = phase, cap, unit
 
     def intervals(self) -> list[list[Interval]]:
-        return _read(self.m, self.value)
+        return read_solution(self.m, self.value)
 
     def on_solution_callback(self) -> None:
         ivs = self.intervals()
@@ -32,7 +32,7 @@ class _Incumbents(cp_model.CpSolverSolutionCallback):
             self.options.progress(phase=1, peak=peak, elapsed=self.wall_time)
             if peak > self.cap:
                 return
-        steps = _decode(self.m, self.graph, ivs)
+        steps = decode_schedule(self.m, self.graph, ivs)
         self.options.incumbent(steps)
         if self.phase == 1:
             self.stop_search()  # phase 1 ends at the first memory-feasible solution (§2.4)
@@ -48,7 +48,7 @@ class _Incumbents(cp_model.CpSolverSolutionCallback):
             )
 
 
-def _read(m: _Model, value: Callable[[Expr], int]) -> list[list[Interval]]:
+def read_solution(m: Model, value: Callable[[Expr], int]) -> list[list[Interval]]:
     """Present intervals per node from a solution (`CpSolver.value` or a callback's `value`)."""
     out: list[list[Interval]] = []
     for k in range(len(m.nodes)):
@@ -61,11 +61,11 @@ def _read(m: _Model, value: Callable[[Expr], int]) -> list[list[Interval]]:
     return out
 
 
-def _decode(m: _Model, graph: Graph, ivs: list[list[Interval]]) -> list[Step]:
+def decode_schedule(m: Model, graph: Graph, ivs: list[list[Interval]]) -> list[Step]:
     ids = graph.node_view.ids
-    return steps_from_sequence(graph, [ids[m.nodes[k]] for k in _sequence_of(ivs)])
+    return steps_from_sequence(graph, [ids[m.nodes[k]] for k in sequence_of(ivs)])
 
 
-def _local_sequence(m: _Model, graph: Graph, steps: list[Step]) -> list[int]:
+def local_sequence(m: Model, graph: Graph, steps: list[Step]) -> list[int]:
     local = {graph.node_view.ids[v]: k for k, v in enumerate(m.nodes)}
     return [local[s.node] for s in steps if s.op == "compute" and s.node in local]

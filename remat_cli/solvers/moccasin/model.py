@@ -31,7 +31,7 @@ Conventions of this implementation (each is a relabelling, not a change of the m
   reduce the capacity to M − resident.
 - **Integer data.** CP-SAT is integral: memory is divided by the gcd of all sizes (exact), and
   durations w_v are scaled to integers preserving their ratios (exact for costs with at most
-  six decimals, otherwise rounded at 1e-6 of the largest cost; `_integer_costs`).
+  six decimals, otherwise rounded at 1e-6 of the largest cost; `integer_costs`).
 - **Stage numbering.** Staged events are numbered n·J + k instead of eq. (11)'s
   J(J−1)/2 + k + 1 (same events, same order, plus empty ones), so a copy's start is affine in
   its stage variable J (see `_Space`).
@@ -40,13 +40,13 @@ Conventions of this implementation (each is a relabelling, not a change of the m
 - **Starting points** (none from the paper). Phase 2 starts from the cheapest memory-feasible
   candidate among ``--hint``, the `greedy` solver (when installed; when its schedule does not fit once
   repaired, its split strategies run one by one at 98.5%, 97%, 95% of the budget until one fits), the baseline and a staged eviction heuristic
-  (`_staged_eviction`). A schedule with more than C_v computations of a node is cut to C_v and
-  rid of recomputations the budget does not need (`_repair`); one that ends up at most 5% over
-  the budget is brought within it by splitting intervals (`_lower_peak`). This is what closes
-  the tight rows of Table 3 in 120 s on 2 cores: CP-SAT's search on these models is slowed by
-  the cumulative over ~2n intervals (at n = 1000, one LNS neighbourhood takes 10-30 s of wall
-  time for 0.1 s of deterministic time), so the start matters more than the search. Phase 1
-  runs only when none fits, from the lowest-peak one, and its result is pruned by `_repair`.
+  (`staged_eviction`). A schedule with more than C_v computations of a node is cut to C_v and
+  rid of recomputations the budget does not need (`repair_sequence`); one that ends up at most 5% over
+  the budget is brought within it by splitting intervals (`lower_peak`). This is what closes
+  the tight rows of Table 3: CP-SAT's search on these models is slowed by the cumulative over
+  ~2n intervals (on large graphs one LNS neighbourhood takes seconds of wall time), so the start
+  matters more than the search. Phase 1
+  runs only when none fits, from the lowest-peak one, and its result is pruned by `repair_sequence`.
 - **Decoding.** Present intervals sorted by start give the compute sequence; the shared
   ``steps_from_sequence`` frees every value right after its last use, which never uses more
   memory than the intervals retained, so the simulator confirms the budget.
@@ -68,7 +68,7 @@ from remat_cli.graph import NodeView
 Interval = tuple[int, int]
 
 
-def _integer_costs(costs: Sequence[float]) -> tuple[list[int], float]:
+def integer_costs(costs: Sequence[float]) -> tuple[list[int], float]:
     """Durations w_v as integers with the same ratios, and the factor back to the input units.
 
     Costs with up to six decimals are scaled exactly (then divided by their gcd); anything else
@@ -131,7 +131,7 @@ Expr = cp_model.LinearExprT
 
 
 @dataclass
-class _Model:
+class Model:
     """CP-SAT variables of eqs. (1)–(13) and the data they were built from."""
 
     model: cp_model.CpModel
@@ -153,9 +153,12 @@ class _Model:
     duration: cp_model.LinearExpr
 
 
-def _build(
+def build_model(
     view: NodeView, cap: int, unit_mem: int, w: list[int], c_v: int, staged: bool, precedence: str
-) -> _Model:
+) -> Model:
+    """The CP-SAT model of eqs. (1)-(13) over the needed nodes of `view`: each node's copies as
+    optional retention intervals, the memory cumulative against `cap` (in `unit_mem` units),
+    eq. (5)'s precedence as `precedence` ("reservoir" or "literals"), staged (§2.3) or free."""
     nodes = list(view.needed_index)
     local = {v: k for k, v in enumerate(nodes)}
     n = len(nodes)
@@ -177,66 +180,11 @@ def _build(
     size: list[list[cp_model.IntVar]] = []
     a: list[list[cp_model.IntVar | int]] = []
     absent: list[list[int]] = []
-    mem_intervals: list[cp_model.IntervalVar] = []
-    mem_demands: list[int] = []
-    compute_intervals: list[cp_model.IntervalVar] = []
+    intervals = _Intervals([], [], [])
     for k in range(n):
         # An interval of a node that is not kept is useless after its last possible reader.
         end_ub = H + 1 if keep[k] else max((space.last_start(u) for u in succs[k]), default=0) + 1
-        sk: list[Expr] = []
-        jk: list[cp_model.IntVar | None] = []
-        ek: list[cp_model.IntVar] = []
-        zk: list[cp_model.IntVar] = []
-        ak: list[cp_model.IntVar | int] = []
-        absk: list[int] = []
-        for i in range(space.copies[k]):
-            lit: cp_model.IntVar | int = 1 if i == 0 else model.new_bool_var(f"a{k}_{i}")  # eq. (7)
-            jvar: cp_model.IntVar | None = None
-            start: Expr
-            if staged:
-                lo_stage = space.first_stage(k, i)
-                lo = space.event(k, lo_stage)
-                if i == 0:
-                    start = lo  # §2.3: s_v^1 is pinned to the last event of stage v
-                else:
-                    jvar = model.new_int_var(lo_stage, n, f"J{k}_{i}")
-                    start = n * jvar + k
-            else:
-                lo = 1
-                start = model.new_int_var(1, H, f"s{k}_{i}")
-            hi_end = max(end_ub, lo + 1)
-            end = model.new_int_var(lo + 1, hi_end, f"e{k}_{i}")
-            z = model.new_int_var(1, hi_end - lo, f"z{k}_{i}")
-            # eq. (2) s ≤ e (strict when half-open: the compute event is part of the interval)
-            iv = model.new_optional_interval_var(start, z, end, lit, f"r{k}_{i}")
-            if mem[k] > 0:
-                mem_intervals.append(iv)
-                mem_demands.append(mem[k])
-            unit = model.new_optional_fixed_size_interval_var(start, 1, lit, f"c{k}_{i}")
-            compute_intervals.append(unit)
-            if ws[k] > 0:
-                mem_intervals.append(unit)
-                mem_demands.append(ws[k])
-            if i > 0:
-                assert not isinstance(lit, int)
-                # eq. (3) e_v^i ≤ s_v^{i+1}, for present copies; copies are interchangeable, so
-                # using them in order (a^{i+1} ⇒ a^i) removes symmetric solutions only.
-                model.add(ek[-1] <= start).only_enforce_if(lit)
-                model.add_implication(lit, ak[-1])
-                # absent copies are pinned, so the search never branches on them
-                model.add(start == lo).only_enforce_if(~lit)
-                model.add(end == lo + 1).only_enforce_if(~lit)
-            sk.append(start)
-            jk.append(jvar)
-            ek.append(end)
-            zk.append(z)
-            ak.append(lit)
-            absk.append(lo)
-        if keep[k]:
-            # graph outputs stay live to the end: the last present copy ends after event H
-            for i in range(len(ak)):
-                cond = [ak[i]] if i + 1 == len(ak) else [ak[i], ~ak[i + 1]]  # type: ignore[operator]
-                model.add(ek[i] == H + 1).only_enforce_if([c for c in cond if not isinstance(c, int)])
+        sk, jk, ek, zk, ak, absk = _copies(model, space, k, end_ub, keep[k], mem[k], ws[k], intervals)
         s.append(sk)
         stage.append(jk)
         e.append(ek)
@@ -248,13 +196,129 @@ def _build(
     # at every event, against the capacity M − resident.
     peak_ub = sum(mem) + max(ws, default=0)
     m_var = model.new_int_var(min(cap, peak_ub), max(cap, peak_ub), "M_var")
-    if mem_intervals:
-        model.add_cumulative(mem_intervals, mem_demands, m_var)
+    if intervals.mem:
+        model.add_cumulative(intervals.mem, intervals.demands, m_var)
 
-    # eq. (5): at every present start of v, one present interval of each predecessor u covers
-    # it (s_u < s_v < e_u in the half-open convention).
+    cover = _precedence(model, space, preds, s, e, a, staged, precedence)
+
+    if not staged:
+        # eq. (6): compute events never coincide. The staged domain implies it (§2.3); here the
+        # unit compute intervals of present copies may not overlap.
+        model.add_no_overlap(intervals.compute)
+        # Idle events change nothing, so present copies use events 1..K without gaps.
+        present = sum(x for ak in a for x in ak)
+        for k in range(n):
+            for i in range(space.copies[k]):
+                if isinstance(a[k][i], int):
+                    model.add(s[k][i] <= present)
+                else:
+                    model.add(s[k][i] <= present).only_enforce_if(a[k][i])
+    duration = sum(w[k] * x for k in range(n) for x in a[k])  # eq. (1)
+    return Model(
+        model, space, nodes, mem, ws, w, preds, keep, s, stage, e, size, a, absent, cover, m_var, duration
+    )
+
+
+@dataclass
+class _Intervals:
+    """The intervals of the cumulative (eq. 4/13, with their demands) and the unit compute
+    intervals (eq. 6)."""
+
+    mem: list[cp_model.IntervalVar]
+    demands: list[int]
+    compute: list[cp_model.IntervalVar]
+
+
+def _copies(
+    model: cp_model.CpModel,
+    space: _Space,
+    k: int,
+    end_ub: int,
+    keep_k: bool,
+    mem_k: int,
+    ws_k: int,
+    intervals: _Intervals,
+) -> tuple[
+    list[Expr], list[cp_model.IntVar | None], list[cp_model.IntVar], list[cp_model.IntVar],
+    list[cp_model.IntVar | int], list[int],
+]:  # fmt: skip
+    """The retention intervals of node k's copies (eqs. 2, 3, 7; staged starts of §2.3): their
+    starts s, stages J, ends e, sizes, presence literals a and the pinned starts of absent
+    copies. A kept node's last present copy ends after the last event."""
+    H = space.horizon
+    n = space.n
+    staged = space.staged
+    sk: list[Expr] = []
+    jk: list[cp_model.IntVar | None] = []
+    ek: list[cp_model.IntVar] = []
+    zk: list[cp_model.IntVar] = []
+    ak: list[cp_model.IntVar | int] = []
+    absk: list[int] = []
+    for i in range(space.copies[k]):
+        lit: cp_model.IntVar | int = 1 if i == 0 else model.new_bool_var(f"a{k}_{i}")  # eq. (7)
+        jvar: cp_model.IntVar | None = None
+        start: Expr
+        if staged:
+            lo_stage = space.first_stage(k, i)
+            lo = space.event(k, lo_stage)
+            if i == 0:
+                start = lo  # §2.3: s_v^1 is pinned to the last event of stage v
+            else:
+                jvar = model.new_int_var(lo_stage, n, f"J{k}_{i}")
+                start = n * jvar + k
+        else:
+            lo = 1
+            start = model.new_int_var(1, H, f"s{k}_{i}")
+        hi_end = max(end_ub, lo + 1)
+        end = model.new_int_var(lo + 1, hi_end, f"e{k}_{i}")
+        z = model.new_int_var(1, hi_end - lo, f"z{k}_{i}")
+        # eq. (2) s ≤ e (strict when half-open: the compute event is part of the interval)
+        iv = model.new_optional_interval_var(start, z, end, lit, f"r{k}_{i}")
+        if mem_k > 0:
+            intervals.mem.append(iv)
+            intervals.demands.append(mem_k)
+        unit = model.new_optional_fixed_size_interval_var(start, 1, lit, f"c{k}_{i}")
+        intervals.compute.append(unit)
+        if ws_k > 0:
+            intervals.mem.append(unit)
+            intervals.demands.append(ws_k)
+        if i > 0:
+            assert not isinstance(lit, int)
+            # eq. (3) e_v^i ≤ s_v^{i+1}, for present copies; copies are interchangeable, so
+            # using them in order (a^{i+1} ⇒ a^i) removes symmetric solutions only.
+            model.add(ek[-1] <= start).only_enforce_if(lit)
+            model.add_implication(lit, ak[-1])
+            # absent copies are pinned, so the search never branches on them
+            model.add(start == lo).only_enforce_if(~lit)
+            model.add(end == lo + 1).only_enforce_if(~lit)
+        sk.append(start)
+        jk.append(jvar)
+        ek.append(end)
+        zk.append(z)
+        ak.append(lit)
+        absk.append(lo)
+    if keep_k:
+        # graph outputs stay live to the end: the last present copy ends after event H
+        for i in range(len(ak)):
+            cond = [ak[i]] if i + 1 == len(ak) else [ak[i], ~ak[i + 1]]  # type: ignore[operator]
+            model.add(ek[i] == H + 1).only_enforce_if([c for c in cond if not isinstance(c, int)])
+    return sk, jk, ek, zk, ak, absk
+
+
+def _precedence(
+    model: cp_model.CpModel,
+    space: _Space,
+    preds: list[list[int]],
+    s: list[list[Expr]],
+    e: list[list[cp_model.IntVar]],
+    a: list[list[cp_model.IntVar | int]],
+    staged: bool,
+    precedence: str,
+) -> list[tuple[int, int, int, int, cp_model.IntVar]]:
+    """Eq. (5): at every present start of v, one present interval of each predecessor u covers
+    it (s_u < s_v < e_u in the half-open convention); the cover literals (u, j, v, i, c)."""
     cover: list[tuple[int, int, int, int, cp_model.IntVar]] = []
-    for v in range(n):
+    for v in range(space.n):
         for u in preds[v]:
             for i in range(space.copies[v]):
                 if precedence == "reservoir":
@@ -288,20 +352,4 @@ def _build(
                     model.add_bool_or(lits)
                 else:
                     model.add_bool_or(lits).only_enforce_if(a[v][i])
-
-    if not staged:
-        # eq. (6): compute events never coincide. The staged domain implies it (§2.3); here the
-        # unit compute intervals of present copies may not overlap.
-        model.add_no_overlap(compute_intervals)
-        # Idle events change nothing, so present copies use events 1..K without gaps.
-        present = sum(x for ak in a for x in ak)
-        for k in range(n):
-            for i in range(space.copies[k]):
-                if isinstance(a[k][i], int):
-                    model.add(s[k][i] <= present)
-                else:
-                    model.add(s[k][i] <= present).only_enforce_if(a[k][i])
-    duration = sum(w[k] * x for k in range(n) for x in a[k])  # eq. (1)
-    return _Model(
-        model, space, nodes, mem, ws, w, preds, keep, s, stage, e, size, a, absent, cover, m_var, duration
-    )
+    return cover

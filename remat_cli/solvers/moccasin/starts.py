@@ -1,6 +1,6 @@
 """Starting points of the MOCCASIN CP (none are from the paper; see the "Starting points" note
 in :mod:`.model`): compute sequences mapped onto retention intervals, cut to C_v copies
-(`_repair`), brought under the budget by splitting intervals (`_lower_peak`), the staged
+(`repair_sequence`), brought under the budget by splitting intervals (`lower_peak`), the staged
 eviction heuristic, and the CP-SAT hint of a solution."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import bisect
 import time
 
-from remat_cli.solvers.moccasin.model import Interval, _Model
+from remat_cli.solvers.moccasin.model import Interval, Model
 
 
-def _intervals_of_sequence(m: _Model, seq: list[int], events: list[int]) -> list[list[Interval]]:
+def _intervals_of_sequence(m: Model, seq: list[int], events: list[int]) -> list[list[Interval]]:
     """Retention intervals for local compute sequence `seq` run at `events`: each production is
     retained until its last reader before the next production of the same node (§2, Fig. 3),
     and a kept output's last production until the end."""
@@ -34,7 +34,7 @@ def _intervals_of_sequence(m: _Model, seq: list[int], events: list[int]) -> list
     return out
 
 
-def _map_sequence(m: _Model, seq: list[int]) -> list[list[Interval]] | None:
+def map_sequence(m: Model, seq: list[int]) -> list[list[Interval]] | None:
     """Place a local compute sequence in the time domain; None when it does not fit.
 
     Staged (§2.3): the first computations must follow the input order; a recomputation belongs
@@ -68,7 +68,7 @@ def _map_sequence(m: _Model, seq: list[int]) -> list[list[Interval]] | None:
     return _intervals_of_sequence(m, new_seq, events)
 
 
-def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
+def repair_sequence(m: Model, seq: list[int], cap: int) -> list[int] | None:
     """Fit a compute sequence from elsewhere (``--hint``, `greedy`) into the search space.
 
     Not from the paper: another solver may compute a node more than C_v times, which makes its
@@ -79,11 +79,11 @@ def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
     dropped too, costliest first, while the peak stays within `cap` (or does not rise, when it
     was over). None when the first computations do not follow the input order (staged domain).
     """
-    ivs = _map_sequence(m, seq)
+    ivs = map_sequence(m, seq)
     if ivs is None:
         return None
     seq = list(seq)
-    peak = _folded_peak(m, ivs)
+    peak = folded_peak(m, ivs)
 
     def recomputations(v: int | None = None) -> list[int]:
         seen: set[int] = set()
@@ -95,8 +95,8 @@ def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
         return out
 
     def peak_without(p: int) -> int | None:
-        trial = _map_sequence(m, seq[:p] + seq[p + 1 :])
-        return None if trial is None else _folded_peak(m, trial)
+        trial = map_sequence(m, seq[:p] + seq[p + 1 :])
+        return None if trial is None else folded_peak(m, trial)
 
     counts: dict[int, int] = {}
     for k in seq:
@@ -118,7 +118,7 @@ def _repair(m: _Model, seq: list[int], cap: int) -> list[int] | None:
     return seq
 
 
-def _peak_excess(m: _Model, ivs: list[list[Interval]], cap: int) -> tuple[int, int, int]:
+def _peak_excess(m: Model, ivs: list[list[Interval]], cap: int) -> tuple[int, int, int]:
     """(peak, total excess over `cap` summed over the compute events, event of the peak)."""
     changes: dict[int, int] = {}
     events: set[int] = set()
@@ -139,8 +139,8 @@ def _peak_excess(m: _Model, ivs: list[list[Interval]], cap: int) -> tuple[int, i
     return peak, excess, at
 
 
-def _lower_peak(
-    m: _Model, seq: list[int], cap: int, deadline: float | None, max_steps: int = 10**9
+def lower_peak(
+    m: Model, seq: list[int], cap: int, deadline: float | None, max_steps: int = 10**9
 ) -> list[int] | None:
     """Bring a start a little over the budget within it by splitting retention intervals.
 
@@ -152,10 +152,10 @@ def _lower_peak(
     (summed over the events) the most per unit of duration is applied, until the peak fits `cap`;
     None when stuck or out of time.
     """
-    ivs = _map_sequence(m, seq)
-    if ivs is None or not _fits(m, ivs):
+    ivs = map_sequence(m, seq)
+    if ivs is None or not within_copies(m, ivs):
         return None
-    seq = _sequence_of(ivs)
+    seq = sequence_of(ivs)
     peak, excess, t_peak = _peak_excess(m, ivs, cap)
     for _ in range(max_steps):
         if peak <= cap:
@@ -174,8 +174,8 @@ def _lower_peak(
             q = next((i for i in range(pos + 1, len(seq)) if k in m.preds[seq[i]]), None)
             if q is None:
                 continue
-            t_ivs = _map_sequence(m, seq[:q] + [k] + seq[q:])
-            if t_ivs is None or not _fits(m, t_ivs):
+            t_ivs = map_sequence(m, seq[:q] + [k] + seq[q:])
+            if t_ivs is None or not within_copies(m, t_ivs):
                 continue
             res = _peak_excess(m, t_ivs, cap)
             gain = (excess - res[1]) / (m.w[k] + 1)
@@ -184,11 +184,11 @@ def _lower_peak(
         if best is None:
             return None
         _, ivs, (peak, excess, t_peak) = best
-        seq = _sequence_of(ivs)
+        seq = sequence_of(ivs)
     return seq if peak <= cap else None
 
 
-def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[int] | None:
+def staged_eviction(m: Model, cap: int, score: int, max_chain: int) -> list[int] | None:
     """A memory-feasible starting point inside the staged space (not from the paper).
 
     Phase 1 (§2.4) exists because no easy feasible solution is known, and on tight budgets
@@ -295,11 +295,11 @@ def _staged_eviction(m: _Model, cap: int, score: int, max_chain: int) -> list[in
     return seq
 
 
-def _fits(m: _Model, ivs: list[list[Interval]]) -> bool:
+def within_copies(m: Model, ivs: list[list[Interval]]) -> bool:
     return all(len(x) <= m.space.copies[k] for k, x in enumerate(ivs))
 
 
-def _folded_peak(m: _Model, ivs: list[list[Interval]]) -> int:
+def folded_peak(m: Model, ivs: list[list[Interval]]) -> int:
     """Peak of eq. (4) for these intervals (in gcd units), i.e. what the cumulative sees."""
     changes: dict[int, int] = {}
     for k, lst in enumerate(ivs):
@@ -314,11 +314,11 @@ def _folded_peak(m: _Model, ivs: list[list[Interval]]) -> int:
     return peak
 
 
-def _sequence_of(ivs: list[list[Interval]]) -> list[int]:
+def sequence_of(ivs: list[list[Interval]]) -> list[int]:
     return [k for _, k in sorted((st, k) for k, lst in enumerate(ivs) for st, _ in lst)]
 
 
-def _hint(m: _Model, ivs: list[list[Interval]], peak: int) -> None:
+def set_hint(m: Model, ivs: list[list[Interval]], peak: int) -> None:
     """Give CP-SAT a complete hint (every variable), so it starts from this solution."""
     m.model.clear_hints()
     n = m.space.n

@@ -293,10 +293,7 @@ def chain_descent(p: Problem, order: list[int], bound: int, deadline: float) -> 
     The exported MobileNet-v2 step (batch 32) peaks where a stride-1 backward convolution runs:
     its weight's transpose (a permute of the parameter) ran long before, and the flipped copy is
     made while the transpose is still held. Moving each transpose-view-flip chain next to its
-    convolution took the solver's order (--order-only, 300 s, one core) from 157,607,652 B (2.4%
-    above the bound) to 155,722,220 B (1.2%) and its arena from 157,635,520 to 156,335,104 B
-    (bench/results/model_chains.json); ResNet-50 b32 is unchanged (the one move found there,
-    2 KB, came after 35 s of scanning)."""
+    convolution halves the order's gap to the bound there."""
     life = p.lives
     start, end = life.of(order)
     profile = life.profile(start, end)

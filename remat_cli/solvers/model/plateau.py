@@ -8,9 +8,9 @@ creates or reads a tensor at the arena's top, `Lifetimes.on_top`) to a random po
 its precedence window, and keeps the move when the greedy arena of the new order (best fit by
 size, `Lifetimes.greedy`) does not grow; moves whose fragmentation-free peak is above the
 current arena are rejected without placing (no arena can be below the peak). Equal arenas are
-accepted, so the walk drifts along the plateau of orders the order stage left. On that VGG-11
-step it reached 134.23 MB (0.01% above the peak) in 919 moves, and the exact placement of
-`addresses.py` then closed the rest (bench/results/model.json: optimal in 8.8 s).
+accepted, so the walk drifts along the plateau of orders the order stage left. On the exported
+VGG-11 step it comes within 0.01% of the peak, and the exact placement of `addresses.py` then
+closes the rest.
 
 Which best fit scores a move: greedy by size, equal sizes by the producer's place in program
 order (`Lifetimes.greedy`), a priority that does not change when the walk moves an operator. On

@@ -168,224 +168,15 @@ class Model(Solver):
         if options.workers == 1 and len(p) <= CLOCK_FREE_OPS:
             # every stage also stops on a count (patience, stall rounds of deterministic time),
             # and on graphs this small those end in well under a second; the clock, shared with
-            # whatever else runs, cut a stage short in one of three seeded runs on the loaded CI
-            # machine (a 24-operator graph, 3 s limit) and the runs returned different orders
+            # whatever else runs, cut a stage short in one of three seeded runs on a loaded
+            # machine and the runs returned different orders
             deadline = max(deadline, time.monotonic() + DEFAULT_TIME_LIMIT)
-        resident = graph.resident_bytes
-        program = list(range(len(p)))
-        floor = _floor(p, alignment)
-        workers, seed, gap = options.workers, options.seed, float(prm["gap"])
-        per_second = DEFAULT_TIME_LIMIT if options.time_limit is None else options.time_limit
-        order_stall, address_stall = ORDER_STALL * per_second, ADDRESS_STALL * per_second
-
-        def open_gap(objective: int, bound: int) -> bool:
-            return objective > bound * (1 + gap) and left() > 0
-
-        def left(share: float = 1.0) -> float:
-            return max(0.0, deadline - time.monotonic()) * share
-
-        def result(
-            steps: list[Step], objective: int, bound: int, optimal: bool, **kw: object
-        ) -> SolverResult:
-            status = "optimal" if optimal else "feasible"
-            if resident + objective > budget:
-                status = "infeasible"
-            return SolverResult(
-                steps=steps,
-                status=status,  # type: ignore[arg-type]
-                backend=kw.pop("backend", "cp-sat"),  # type: ignore[arg-type]
-                objective=float(resident + objective),
-                lower_bound=float(resident + bound),
-                message=str(kw.pop("message", "")) or None,
-                memory_plan=kw.pop("plan", None),  # type: ignore[arg-type]
-                best_peak=resident + objective,
-            )
-
+        run = _Run(self, p, budget, options, prm, deadline)
         if prm["order_only"]:
-            net = CutNetwork(p)
-            start, floor, paired = self._order_start(p, options, floor, deadline, net)
-            if paired is not None and p.peak(paired) < p.peak(start):
-                start = paired
-            r = solve_order(p, start, left(0.9), workers, seed, floor, gap, order_stall)
-            r = self._rebound(p, self._walk(p, r, time.monotonic() + left(0.5), seed), deadline, net)
-            steps = self._steps(p, r.order)
-            return result(
-                steps,
-                r.peak,
-                r.bound,
-                r.optimal,
-                message=f"order only: fragmentation-free peak {r.peak:,} B of intermediates "
-                f"({'proven optimal' if r.optimal else f'bound {r.bound:,} B'}; program order "
-                f"{p.peak(program):,} B); no memory plan",
-            )
-
-        engine = str(prm["address_engine"])
-        backend = "cp-sat" if engine == "cp-sat" else "highs"
+            return run.order_only()
         if prm["fixed_order"]:
-            steps = self._steps(p, program)
-            bufs = buffers_of(graph, steps)
-            offsets, arena, bound, optimal = place(
-                bufs, alignment, left(), workers, seed, engine, gap, stall=address_stall
-            )
-            return result(
-                steps,
-                arena,
-                bound,
-                optimal,
-                plan=make_plan(bufs, offsets, alignment),
-                backend=backend,
-                message=f"fixed order: arena {arena:,} B, that order's peak {arena_peak(bufs, alignment):,} B",
-            )
-
-        # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
-        net = CutNetwork(p)
-        start, floor, paired = self._order_start(p, options, floor, deadline, net)
-        # without stage 3 (too large) the order search gets most of the time
-        joint = engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
-        r = solve_order(p, start, left(0.4 if joint else 0.8), workers, seed, floor, gap, order_stall)
-        r = self._walk(p, r, time.monotonic() + left(0.1), seed)
-        searched = r.order
-        if paired is not None and (paired_peak := p.peak(paired)) < r.peak:
-            # the pair descent's order is the lower one, so the one the bound is held against
-            # (ResNet-18 b32, 30 s: at the bound, 168,864,640 B, where the search from the cut
-            # descent's order stopped at 168,867,200 B); the searched order stays a candidate
-            r = OrderResult(paired, paired_peak, r.bound, paired_peak <= r.bound)
-        r = self._rebound(p, r, time.monotonic() + left(0.1), net)
-        bound = r.bound
-        # 2. addresses (§4.3) for the candidate orders; the smallest arena goes on
-        best: tuple[int, list[int], list[Buffer], list[int]] | None = None
-
-        def keep(order: list[int], bufs: list[Buffer], offs: list[int]) -> None:
-            nonlocal best
-            arena = arena_of(bufs, offs, alignment)
-            if best is None or arena < best[0]:
-                best = (arena, order, bufs, offs)
-
-        candidates = []
-        orders = (
-            tuple(r.order),
-            tuple(searched),
-            tuple(program),
-            tuple(start),
-            *([tuple(paired)] if paired else []),
-        )
-        for order in map(list, dict.fromkeys(orders)):
-            bufs = buffers_of(graph, self._steps(p, order))
-            offs = greedy_offsets(bufs, alignment)
-            candidates.append((arena_of(bufs, offs, alignment), order, bufs))
-            keep(order, bufs, offs)
-        assert best is not None
-        stage = "order, then addresses"
-        # The heuristics (perturbed best fit, the big buffers first; no full engine) on every
-        # candidate whose peak leaves room below the best arena, best greedy arena first: greedy
-        # alone ranks them wrongly. On the exported transformer step (b32) the program order's
-        # greedy arena equals its own peak, 0.056% above the proven order's, whose greedy arena
-        # is higher still; the big buffers first bring the latter to 0.001% above its peak
-        # (within --gap), where the walk from the program order had spent 15 s in vain.
-        for _, order, bufs in sorted(candidates, key=lambda c: c[0]):
-            if open_gap(best[0], bound) and arena_peak(bufs, alignment) < best[0]:
-                placed, _, _, _ = place(bufs, alignment, left(0.1), workers, seed, engine, gap, exact=False)
-                keep(order, bufs, placed)
-        rebound = True
-
-        def at_its_peak() -> bool:
-            """The arena is its order's own peak: no placement closes the gap, only a higher bound
-            or a lower order, and the bound had a tenth of the time; the bound again (once), with
-            most of the time left. ResNet-18 b1 (30 s): the order of the proven-optimal peak,
-            placed at its peak, and the bound 1.7% below it, while the walks took the remaining
-            8 s in vain."""
-            nonlocal r, bound, rebound
-            if rebound and open_gap(best[0], bound) and best[0] <= arena_peak(best[2], alignment) * (1 + gap):
-                r, rebound = self._rebound(p, r, time.monotonic() + left(0.8), net), False
-                bound = r.bound
-            return not open_gap(best[0], bound)
-
-        if not at_its_peak():
-            # ruin and recreate on the best order before the walk, which starts from a plain best
-            # fit: on ResNet-18 b32 that start is 1.39% above the peak, the incumbent 1.09%, and
-            # 9.5 s of walking never came back to it, where repacking reached 0.78% in 10 s
-            _, order, bufs, offs = best
-            deadline_repack = time.monotonic() + left(0.4)
-            keep(order, bufs, repack(bufs, alignment, offs, seed, deadline_repack, gap))
-            at_its_peak()
-        options.incumbent(self._steps(p, best[1]))
-        options.progress(arena=resident + best[0], bound=resident + bound)
-        if open_gap(best[0], bound):  # orders of that peak whose placement is tighter
-            walked, walked_offsets = plateau_walk(
-                p,
-                best[1],
-                bound,
-                time.monotonic() + left(PLATEAU_SHARE),
-                seed,
-                incumbent=best[0],
-                near=int(bound * (1 + gap)),
-            )
-            bufs = buffers_of(graph, self._steps(p, walked))
-            keep(walked, bufs, p.by_buffer(walked_offsets, bufs))
-        if open_gap(best[0], bound) and best[0] > bound * (1 + JOINT_WALK_GAP):
-            # the placement itself is still the gap: move operators and offsets together from it,
-            # with most of the time left (the plateau walk re-places every tensor by a plain best
-            # fit, 3% above the peak on MobileNet-v2 b1 where the incumbent is 1.44%; neither it,
-            # in 55 s, nor 26 s of the exact engine found anything there). After the plateau walk,
-            # not instead of it: on VGG-11 b32 that walk reaches the peak (0%), where the joint
-            # walk in its place stopped at 1.82% (30 s, one core)
-            _, order, bufs, offs = best
-            walked, walked_offsets = joint_walk(
-                p, order, p.by_tensor(offs, bufs), bound, time.monotonic() + left(0.8), seed
-            )
-            bufs = buffers_of(graph, self._steps(p, walked))
-            keep(walked, bufs, p.by_buffer(walked_offsets, bufs))
-        # the exact engine (perturbed best fit, the big buffers first, then CP-SAT or the MILP)
-        # runs once, on the best order after the walk: before the walk it spent 3.9-4.4 s of its
-        # time on the ResNet, VGG-11 b1 and b32 steps without passing the greedy start
-        arena, order, bufs, offs = best
-        options.incumbent(self._steps(p, order))
-        options.progress(arena=resident + arena, bound=resident + bound)
-        if open_gap(arena, bound):
-            placed, placed_arena, _, _ = place(
-                bufs, alignment, left(0.5), workers, seed, engine, gap, stall=address_stall, start=offs
-            )
-            if placed_arena < arena:
-                best = (placed_arena, order, bufs, placed)
-        arena, order, bufs, offs = best
-        # 3. program (9) when a gap remains
-        if open_gap(arena, bound) and left() > 0.5 and joint:
-            start_offsets = p.by_tensor(offs, bufs)
-            j = solve_joint(
-                p,
-                alignment,
-                order,
-                start_offsets,
-                arena,
-                bound,
-                left(),
-                workers,
-                seed,
-                gap,
-                JOINT_STALL * per_second,
-            )
-            if j is not None:
-                bound = max(bound, j.bound)
-                if j.arena < arena:
-                    order, arena, stage = j.order, j.arena, "joint model (9)"
-                    bufs = buffers_of(graph, self._steps(p, order))
-                    offs = p.by_buffer(j.offsets, bufs)
-                if j.optimal:
-                    bound = max(bound, arena)
-        bound = min(bound, arena)
-        steps = self._steps(p, order)
-        return result(
-            steps,
-            arena,
-            bound,
-            arena <= bound,
-            plan=make_plan(bufs, offs, alignment),
-            backend=backend,
-            message=f"{stage}: arena {arena:,} B, bound {bound:,} B"
-            + (f" (within --gap {gap:g})" if bound < arena <= bound * (1 + gap) else "")
-            + f", program order's peak {p.peak(program):,} B, best order's ideal peak {r.peak:,} B "
-            + ("(proven optimal)" if r.optimal else f"(order bound {r.bound:,} B)"),
-        )
+            return run.fixed_order()
+        return run.joint()
 
     @staticmethod
     def _steps(p: Problem, order: list[int]) -> list[Step]:
@@ -475,3 +266,266 @@ def _floor(p: Problem, alignment: int) -> int:
         best = max(best, sum(align(vm[v].size, alignment) for v in vals) + align(n.workspace, alignment))
     outs = sum(align(vm[v].size, alignment) for v in set(p.graph.outputs) if not vm[v].resident)
     return max(best, outs)
+
+
+class _Run:
+    """One joint-mode solve (module docstring): its settings, the time left, the best placement
+    so far and the bound, stage by stage."""
+
+    def __init__(
+        self,
+        sv: Model,
+        p: Problem,
+        budget: int,
+        options: SolveOptions,
+        prm: dict[str, object],
+        deadline: float,
+    ) -> None:
+        self.sv = sv
+        self.p = p
+        self.graph = p.graph
+        self.budget = budget
+        self.options = options
+        self.deadline = deadline
+        self.alignment = int(prm["alignment"])  # type: ignore[call-overload]
+        self.resident = p.graph.resident_bytes
+        self.program = list(range(len(p)))
+        self.floor = _floor(p, self.alignment)
+        self.workers, self.seed, self.gap = options.workers, options.seed, float(prm["gap"])  # type: ignore[arg-type]
+        self.per_second = DEFAULT_TIME_LIMIT if options.time_limit is None else options.time_limit
+        self.order_stall, self.address_stall = ORDER_STALL * self.per_second, ADDRESS_STALL * self.per_second
+        self.engine = str(prm["address_engine"])
+        self.backend = "cp-sat" if self.engine == "cp-sat" else "highs"
+        self.best: tuple[int, list[int], list[Buffer], list[int]] | None = None
+        self.bound = 0
+        self.rebound = True
+
+    def open_gap(self, objective: int, bound: int) -> bool:
+        return objective > bound * (1 + self.gap) and self.left() > 0
+
+    def left(self, share: float = 1.0) -> float:
+        return max(0.0, self.deadline - time.monotonic()) * share
+
+    def result(
+        self, steps: list[Step], objective: int, bound: int, optimal: bool, **kw: object
+    ) -> SolverResult:
+        status = "optimal" if optimal else "feasible"
+        if self.resident + objective > self.budget:
+            status = "infeasible"
+        return SolverResult(
+            steps=steps,
+            status=status,  # type: ignore[arg-type]
+            backend=kw.pop("backend", "cp-sat"),  # type: ignore[arg-type]
+            objective=float(self.resident + objective),
+            lower_bound=float(self.resident + bound),
+            message=str(kw.pop("message", "")) or None,
+            memory_plan=kw.pop("plan", None),  # type: ignore[arg-type]
+            best_peak=self.resident + objective,
+        )
+
+    def order_only(self) -> SolverResult:
+        """--order-only: the best order (§5.5) and its fragmentation-free peak, no plan."""
+        p, sv = self.p, self.sv
+        net = CutNetwork(p)
+        start, floor, paired = sv._order_start(p, self.options, self.floor, self.deadline, net)
+        if paired is not None and p.peak(paired) < p.peak(start):
+            start = paired
+        r = solve_order(p, start, self.left(0.9), self.workers, self.seed, floor, self.gap, self.order_stall)
+        r = sv._rebound(p, sv._walk(p, r, time.monotonic() + self.left(0.5), self.seed), self.deadline, net)
+        steps = sv._steps(p, r.order)
+        return self.result(
+            steps,
+            r.peak,
+            r.bound,
+            r.optimal,
+            message=f"order only: fragmentation-free peak {r.peak:,} B of intermediates "
+            f"({'proven optimal' if r.optimal else f'bound {r.bound:,} B'}; program order "
+            f"{p.peak(self.program):,} B); no memory plan",
+        )
+
+    def fixed_order(self) -> SolverResult:
+        """--fixed-order: addresses (§4.3) for the program order alone."""
+        steps = self.sv._steps(self.p, self.program)
+        bufs = buffers_of(self.graph, steps)
+        offsets, arena, bound, optimal = place(
+            bufs,
+            self.alignment,
+            self.left(),
+            self.workers,
+            self.seed,
+            self.engine,
+            self.gap,
+            stall=self.address_stall,
+        )
+        return self.result(
+            steps,
+            arena,
+            bound,
+            optimal,
+            plan=make_plan(bufs, offsets, self.alignment),
+            backend=self.backend,
+            message=f"fixed order: arena {arena:,} B, that order's peak {arena_peak(bufs, self.alignment):,} B",
+        )
+
+    def keep(self, order: list[int], bufs: list[Buffer], offs: list[int]) -> None:
+        """The placement as the best when its arena is smaller."""
+        arena = arena_of(bufs, offs, self.alignment)
+        if self.best is None or arena < self.best[0]:
+            self.best = (arena, order, bufs, offs)
+
+    def joint(self) -> SolverResult:
+        """The joint mode's stages (module docstring): order, addresses, walks, the exact engine
+        and program (9)."""
+        p = self.p
+        # 1. reordering alone (§5.5): the best fragmentation-free order and a bound for any arena
+        net = CutNetwork(p)
+        start, self.floor, paired = self.sv._order_start(p, self.options, self.floor, self.deadline, net)
+        # without stage 3 (too large) the order search gets most of the time
+        joint = self.engine == "cp-sat" and len(p.tensors) <= JOINT_MAX_TENSORS
+        r = solve_order(
+            p,
+            start,
+            self.left(0.4 if joint else 0.8),
+            self.workers,
+            self.seed,
+            self.floor,
+            self.gap,
+            self.order_stall,
+        )
+        r = self.sv._walk(p, r, time.monotonic() + self.left(0.1), self.seed)
+        searched = r.order
+        if paired is not None and (paired_peak := p.peak(paired)) < r.peak:
+            # the pair descent's order is the lower one, so the one the bound is held against
+            # (the search from the cut descent's order may stop above it); the searched order
+            # stays a candidate
+            r = OrderResult(paired, paired_peak, r.bound, paired_peak <= r.bound)
+        r = self.sv._rebound(p, r, time.monotonic() + self.left(0.1), net)
+        self.bound = r.bound
+        orders = (
+            tuple(r.order),
+            tuple(searched),
+            tuple(self.program),
+            tuple(start),
+            *([tuple(paired)] if paired else []),
+        )
+        r = self.addresses(r, orders, net)
+        return self.exact_and_program(r, joint)
+
+    def addresses(self, r: OrderResult, orders: tuple[tuple[int, ...], ...], net: CutNetwork) -> OrderResult:
+        """2. Addresses (§4.3) for the candidate orders, the smallest arena going on; the
+        heuristics, the repack, the plateau walk and the joint walk while a gap is open. Returns
+        the order result, whose bound may have been raised."""
+        p, alignment, seed, gap = self.p, self.alignment, self.seed, self.gap
+        candidates = []
+        for order in map(list, dict.fromkeys(orders)):
+            bufs = buffers_of(self.graph, self.sv._steps(p, order))
+            offs = greedy_offsets(bufs, alignment)
+            candidates.append((arena_of(bufs, offs, alignment), order, bufs))
+            self.keep(order, bufs, offs)
+        assert self.best is not None
+        # The heuristics (perturbed best fit, the big buffers first; no full engine) on every
+        # candidate whose peak leaves room below the best arena, best greedy arena first: greedy
+        # alone ranks them wrongly (an order whose greedy arena is higher may place within --gap
+        # of its peak with the big buffers first)
+        for _, order, bufs in sorted(candidates, key=lambda c: c[0]):
+            if self.open_gap(self.best[0], self.bound) and arena_peak(bufs, alignment) < self.best[0]:
+                placed, _, _, _ = place(
+                    bufs, alignment, self.left(0.1), self.workers, seed, self.engine, gap, exact=False
+                )
+                self.keep(order, bufs, placed)
+        r = self.at_its_peak(r, net)
+        if self.open_gap(self.best[0], self.bound):
+            # ruin and recreate on the best order before the walk, which starts from a plain
+            # best fit that may be further above the peak than the incumbent
+            _, order, bufs, offs = self.best
+            deadline_repack = time.monotonic() + self.left(0.4)
+            self.keep(order, bufs, repack(bufs, alignment, offs, seed, deadline_repack, gap))
+            r = self.at_its_peak(r, net)
+        self.options.incumbent(self.sv._steps(p, self.best[1]))
+        self.options.progress(arena=self.resident + self.best[0], bound=self.resident + self.bound)
+        if self.open_gap(self.best[0], self.bound):  # orders of that peak whose placement is tighter
+            walked, walked_offsets = plateau_walk(
+                p,
+                self.best[1],
+                self.bound,
+                time.monotonic() + self.left(PLATEAU_SHARE),
+                seed,
+                incumbent=self.best[0],
+                near=int(self.bound * (1 + gap)),
+            )
+            bufs = buffers_of(self.graph, self.sv._steps(p, walked))
+            self.keep(walked, bufs, p.by_buffer(walked_offsets, bufs))
+        if self.open_gap(self.best[0], self.bound) and self.best[0] > self.bound * (1 + JOINT_WALK_GAP):
+            # the placement itself is still the gap: move operators and offsets together from
+            # it, with most of the time left (the plateau walk re-places every tensor by a plain
+            # best fit). After the plateau walk, not instead of it: that walk may reach the peak
+            # where the joint walk alone stops above it
+            _, order, bufs, offs = self.best
+            walked, walked_offsets = joint_walk(
+                p, order, p.by_tensor(offs, bufs), self.bound, time.monotonic() + self.left(0.8), seed
+            )
+            bufs = buffers_of(self.graph, self.sv._steps(p, walked))
+            self.keep(walked, bufs, p.by_buffer(walked_offsets, bufs))
+        return r
+
+    def at_its_peak(self, r: OrderResult, net: CutNetwork) -> OrderResult:
+        """The arena is its order's own peak: no placement closes the gap, only a higher bound or
+        a lower order, and the bound had a tenth of the time; the bound again (once), with most
+        of the time left."""
+        assert self.best is not None
+        if (
+            self.rebound
+            and self.open_gap(self.best[0], self.bound)
+            and self.best[0] <= arena_peak(self.best[2], self.alignment) * (1 + self.gap)
+        ):
+            r, self.rebound = self.sv._rebound(self.p, r, time.monotonic() + self.left(0.8), net), False
+            self.bound = r.bound
+        return r
+
+    def exact_and_program(self, r: OrderResult, joint: bool) -> SolverResult:
+        """The exact engine (perturbed best fit, the big buffers first, then CP-SAT or the MILP)
+        once, on the best order after the walks (before them it spends its time without passing
+        the greedy start); 3. program (9) when a gap remains; the result."""
+        p, alignment, gap = self.p, self.alignment, self.gap
+        assert self.best is not None
+        arena, order, bufs, offs = self.best
+        self.options.incumbent(self.sv._steps(p, order))
+        self.options.progress(arena=self.resident + arena, bound=self.resident + self.bound)
+        if self.open_gap(arena, self.bound):
+            placed, placed_arena, _, _ = place(
+                bufs, alignment, self.left(0.5), self.workers, self.seed, self.engine, gap,
+                stall=self.address_stall, start=offs,
+            )  # fmt: skip
+            if placed_arena < arena:
+                self.best = (placed_arena, order, bufs, placed)
+        arena, order, bufs, offs = self.best
+        bound = self.bound
+        stage = "order, then addresses"
+        if self.open_gap(arena, bound) and self.left() > 0.5 and joint:
+            start_offsets = p.by_tensor(offs, bufs)
+            j = solve_joint(
+                p, alignment, order, start_offsets, arena, bound, self.left(), self.workers, self.seed, gap,
+                JOINT_STALL * self.per_second,
+            )  # fmt: skip
+            if j is not None:
+                bound = max(bound, j.bound)
+                if j.arena < arena:
+                    order, arena, stage = j.order, j.arena, "joint model (9)"
+                    bufs = buffers_of(self.graph, self.sv._steps(p, order))
+                    offs = p.by_buffer(j.offsets, bufs)
+                if j.optimal:
+                    bound = max(bound, arena)
+        bound = min(bound, arena)
+        steps = self.sv._steps(p, order)
+        return self.result(
+            steps,
+            arena,
+            bound,
+            arena <= bound,
+            plan=make_plan(bufs, offs, alignment),
+            backend=self.backend,
+            message=f"{stage}: arena {arena:,} B, bound {bound:,} B"
+            + (f" (within --gap {gap:g})" if bound < arena <= bound * (1 + gap) else "")
+            + f", program order's peak {p.peak(self.program):,} B, best order's ideal peak {r.peak:,} B "
+            + ("(proven optimal)" if r.optimal else f"(order bound {r.bound:,} B)"),
+        )

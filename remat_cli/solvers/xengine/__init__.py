@@ -108,70 +108,19 @@ class XEngine(Solver):
                 [x.cost for x in singles if x.device == c.device and x.over == 0] or [None],  # type: ignore[list-item]
                 key=lambda v: v if v is not None else float("inf"),
             )
-        # placement search from the best single-device schedules (the over-budget and relaxed
-        # ones too, whose search minimises the overflow first), each start an equal share of the
-        # time: one slow search must not starve the others (the search is time-bound on graphs
-        # of hundreds of nodes). The best plain start when one is within budget, besides the best
-        # relaxed one (a better sequence, often); else the relaxed ones, as the plain ones then
-        # rarely get within budget (bench/results/xengine.json, the ONNX graphs at 25%).
-        ranked = sorted(singles, key=lambda c: (c.over, c.cost))
-        plain = [c for c in ranked if not c.relaxed]
-        relaxed = [c for c in ranked if c.relaxed]
-        if plain and plain[0].over == 0:
-            first = plain[:1] + relaxed[:1]
-        else:
-            first = relaxed[:2] or plain[:2]
-        # Searches that stop early (a local optimum) leave time to the other candidates in turn.
-        starts = first + [c for c in ranked if all(c is not f for f in first)]
         heur_deadline = time.monotonic() + share(0.25 if use_milp else 0.9, 20.0 if use_milp else 600.0)
-        for k, c in enumerate(starts):
-            slice_end = time.monotonic() + (heur_deadline - time.monotonic()) / max(len(first) - k, 1)
-            dev, over, cost = improve_placement(g, c.seq, c.dev, budgets, slice_end)
-            if over == 0 and (best is None or cost < best.cost - 1e-12):
-                best = Candidate(device="placement", seq=c.seq, dev=dev, over=0.0, cost=cost)
-            if time.monotonic() >= heur_deadline:
-                break
+        best = _placement_search(g, singles, budgets, best, heur_deadline)
         status = "feasible"
         bound = None
         backend = None
         if use_milp and T > 0:
-            prob = problem_of(g, budgets)
-            xm = build(prob)
-            hint = None
-            for c in sorted(feasible, key=lambda c: c.cost):
-                dec = decision_of_single(prob, c)
-                if dec is not None:
-                    x0 = vector_of(xm, dec)
-                    if xm.model.violation(x0) <= 1e-6:
-                        hint = x0
-                        break
-            settings = EngineSettings(
-                backend="highs" if p["backend"] == "auto" else str(p["backend"]),
-                auto_order=("gurobi", "highs", "scip", "cpsat"),
-                time_limit=max(deadline - time.monotonic(), 1.0) if limit is not None else None,
-                threads=options.workers,
-                seed=options.seed,
-                rel_gap=float(p["rel_gap"]),
-                hint=hint,
+            milp = _milp(
+                g, budgets, feasible, p, options, deadline if limit is not None else None, notes, best
             )
-            res = milp_solve(xm.model, settings)
-            backend = res.backend
-            bound = xm.real(res.bound)
-            notes.append(f"MILP {res.status} ({xm.model.num_vars} variables, {res.backend})")
-            if res.x is not None:
-                steps = steps_of(prob, decision_of(xm, res.x))
-                sim = simulate_devices(g, steps)
-                over = any(sim.peak_by_device[d] > budgets[d] for d in budgets)  # type: ignore[index]
-                if over:
-                    notes.append("the MILP's schedule exceeds a budget by a tolerance; not used")
-                elif best is None or sim.cost <= best.cost + 1e-9 * max(1.0, abs(best.cost)):
-                    best = Candidate(device="milp", seq=[], dev=[], over=0.0, cost=sim.cost, steps=steps)
-                    status = "optimal" if res.status == "optimal" else "feasible"
-            elif res.status == "infeasible" and best is None:
-                return SolverResult(
-                    steps=None, status="infeasible", backend=backend, params=params,
-                    message="the MILP proves no schedule of this stage space fits the budgets",
-                )  # fmt: skip
+            if isinstance(milp, SolverResult):
+                milp.params = params
+                return milp
+            best, status, bound, backend = milp
         if best is None:
             return SolverResult(
                 steps=None,
@@ -198,6 +147,88 @@ class XEngine(Solver):
             params=params,
             message=f"schedule from {best.device}" + (f"; {'; '.join(notes)}" if notes else ""),
         )
+
+
+def _placement_search(
+    g: Graph, singles: list[Candidate], budgets: dict[str, int], best: Candidate | None, heur_deadline: float
+) -> Candidate | None:
+    """The placement search (§3.3) from the best single-device schedules (the over-budget and
+    relaxed ones too, whose search minimises the overflow first), each start an equal share of
+    the time: one slow search must not starve the others (the search is time-bound on graphs of
+    hundreds of nodes). The best plain start when one is within budget, besides the best relaxed
+    one (a better sequence, often); else the relaxed ones, as the plain ones then rarely get
+    within budget. Searches that stop early (a local optimum) leave time to the other candidates
+    in turn. Returns the cheapest candidate within every budget."""
+    ranked = sorted(singles, key=lambda c: (c.over, c.cost))
+    plain = [c for c in ranked if not c.relaxed]
+    relaxed = [c for c in ranked if c.relaxed]
+    if plain and plain[0].over == 0:
+        first = plain[:1] + relaxed[:1]
+    else:
+        first = relaxed[:2] or plain[:2]
+    starts = first + [c for c in ranked if all(c is not f for f in first)]
+    for k, c in enumerate(starts):
+        slice_end = time.monotonic() + (heur_deadline - time.monotonic()) / max(len(first) - k, 1)
+        dev, over, cost = improve_placement(g, c.seq, c.dev, budgets, slice_end)
+        if over == 0 and (best is None or cost < best.cost - 1e-12):
+            best = Candidate(device="placement", seq=c.seq, dev=dev, over=0.0, cost=cost)
+        if time.monotonic() >= heur_deadline:
+            break
+    return best
+
+
+def _milp(
+    g: Graph,
+    budgets: dict[str, int],
+    feasible: list[Candidate],
+    p: dict[str, Any],
+    options: SolveOptions,
+    deadline: float | None,
+    notes: list[str],
+    best: Candidate | None,
+) -> tuple[Candidate | None, str, float | None, str | None] | SolverResult:
+    """The per-device MILP over Checkmate's stages (§3.2), hinted with the cheapest single-device
+    schedule it can express: (best candidate, status, bound, backend), or the result when it
+    proves no schedule fits and nothing else was found."""
+    prob = problem_of(g, budgets)
+    xm = build(prob)
+    hint = None
+    for c in sorted(feasible, key=lambda c: c.cost):
+        dec = decision_of_single(prob, c)
+        if dec is not None:
+            x0 = vector_of(xm, dec)
+            if xm.model.violation(x0) <= 1e-6:
+                hint = x0
+                break
+    settings = EngineSettings(
+        backend="highs" if p["backend"] == "auto" else str(p["backend"]),
+        auto_order=("gurobi", "highs", "scip", "cpsat"),
+        time_limit=max(deadline - time.monotonic(), 1.0) if deadline is not None else None,
+        threads=options.workers,
+        seed=options.seed,
+        rel_gap=float(p["rel_gap"]),
+        hint=hint,
+    )
+    res = milp_solve(xm.model, settings)
+    backend = res.backend
+    bound = xm.real(res.bound)
+    status = "feasible"
+    notes.append(f"MILP {res.status} ({xm.model.num_vars} variables, {res.backend})")
+    if res.x is not None:
+        steps = steps_of(prob, decision_of(xm, res.x))
+        sim = simulate_devices(g, steps)
+        over = any(sim.peak_by_device[d] > budgets[d] for d in budgets)  # type: ignore[index]
+        if over:
+            notes.append("the MILP's schedule exceeds a budget by a tolerance; not used")
+        elif best is None or sim.cost <= best.cost + 1e-9 * max(1.0, abs(best.cost)):
+            best = Candidate(device="milp", seq=[], dev=[], over=0.0, cost=sim.cost, steps=steps)
+            status = "optimal" if res.status == "optimal" else "feasible"
+    elif res.status == "infeasible" and best is None:
+        return SolverResult(
+            steps=None, status="infeasible", backend=backend,
+            message="the MILP proves no schedule of this stage space fits the budgets",
+        )  # fmt: skip
+    return best, status, bound, backend
 
 
 __all__ = ["XEngine", "GraphError"]

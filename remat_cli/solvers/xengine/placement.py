@@ -12,7 +12,7 @@ device that reads it.
 :func:`improve_placement` is a local search: move a window of consecutive entries to one device
 (windows from the whole sequence down to single entries, coarse to fine), keep the move when it
 lowers (memory over the budgets, cost) lexicographically; repeat until a pass changes nothing or
-the deadline passes. Trial placements are scored by :func:`_score` (the simulator's counts on
+the deadline passes. Trial placements are scored by :func:`placement_score` (the simulator's counts on
 plain tuples, 3x faster), the final one by the simulator. Started from a single-device schedule within budget, every accepted move
 keeps all devices within budget, so the result is never worse than that schedule.
 """
@@ -82,7 +82,9 @@ def _plan(graph: Graph, seq: list[str], dev: list[str]) -> list[tuple[str, str, 
     return plan
 
 
-def _score(graph: Graph, seq: list[str], dev: list[str], budgets: dict[str, int]) -> tuple[float, float]:
+def placement_score(
+    graph: Graph, seq: list[str], dev: list[str], budgets: dict[str, int]
+) -> tuple[float, float]:
     """(bytes over the budgets, cost) of a placement, counted as :mod:`remat_cli.devices` does
     but without its checks, which every plan of :func:`_plan` passes by construction (the
     search's final placement still goes through the simulator); ScheduleError for a copy
@@ -130,7 +132,7 @@ def improve_placement(
     dev, over, cost = _search(graph, seq, start, budgets, deadline)
     try:  # the fast score's placement through the real simulator
         over, cost, _ = evaluate(graph, seq, dev, budgets)
-    except ScheduleError:  # never seen: _score and the simulator disagree; keep the start
+    except ScheduleError:  # never seen: placement_score and the simulator disagree; keep the start
         over, cost, _ = evaluate(graph, seq, start, budgets)
         dev = start
     return dev, over, cost
@@ -141,7 +143,7 @@ def _search(
 ) -> tuple[list[str], float, float]:
     devices = graph.device_model.ids
     dev = list(dev)
-    over, cost = _score(graph, seq, dev, budgets)
+    over, cost = placement_score(graph, seq, dev, budgets)
     n = len(seq)
     improved = True
     while improved and time.monotonic() < deadline:
@@ -157,7 +159,7 @@ def _search(
                     for j in window:
                         trial[j] = d
                     try:
-                        o2, c2 = _score(graph, seq, trial, budgets)
+                        o2, c2 = placement_score(graph, seq, trial, budgets)
                     except ScheduleError:  # a copy with no link
                         continue
                     if (o2, c2) < (over, cost - 1e-12 * max(abs(cost), 1.0)):

@@ -13,15 +13,15 @@ import math
 import numpy as np
 
 from remat_cli.solvers.fastsa.kernel.mutations import (
-    _add,
-    _can_move,
-    _can_remove,
-    _end,
-    _inputs_ready,
-    _move,
-    _plan_chain,
-    _remove,
-    _remove_chain,
+    add_node,
+    can_remove,
+    inputs_ready,
+    interval_end,
+    move_node,
+    move_valid,
+    plan_chain,
+    remove_chain,
+    remove_node,
 )
 from remat_cli.solvers.fastsa.kernel.structures import (
     ADD,
@@ -56,12 +56,13 @@ from remat_cli.solvers.fastsa.kernel.structures import (
     ROTATE,
     UB,
     WS,
-    _below,
-    _lae2,
-    _lower,
-    _rand,
-    _unit,
+    helper_jit,
     jit,
+    lae2,
+    lower_bound,
+    rand_below,
+    rand_next,
+    rand_unit,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -99,6 +100,138 @@ def _peak(tz: np.ndarray, lz: np.ndarray, resident: float, lscale: float) -> tup
 
 
 # ---------------------------------------------------------------------------------------------
+# parts of one iteration of sa_chunk (``helper_jit``: no reference counting of the state's arrays
+# on each call; they allocate nothing, so the rotation's undo, move_node, stays in sa_chunk)
+
+
+@helper_jit
+def _rotation_window(n: int, t1: int, T: int, NI: np.ndarray, PU: np.ndarray,
+                     pred_idx: np.ndarray) -> tuple[int, int]:  # fmt: skip
+    """The window (lo, hi) where a rotation of n from t1 can be valid (§2.2): after the first
+    productions of its inputs, before the first use of n after t1 (or T).
+
+    With probability ``local`` sa_chunk draws the times of a mutation where it can be valid and
+    useful instead of uniformly over [0, T) (a deviation from §2.2 that only changes the proposal
+    distribution): an add of n goes uniformly between a use u of n (drawn uniformly) and the
+    production of n that u reads, i.e. a recomputation just before some use; a rotation moves n
+    uniformly within this window, exactly where the §2.2 conditions can hold."""
+    lo = -1
+    for i in range(NI[n, PS], NI[n, PE]):
+        q = pred_idx[i]
+        if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
+            lo = PU[NI[q, PB]]
+    hi = T
+    ub = NI[n, UB]
+    nu = NI[n, NU]
+    j = lower_bound(PU, ub, ub + nu, t1 + 1)
+    if j < ub + nu:
+        hi = PU[j]
+    return lo, hi
+
+
+@helper_jit
+def _add_chain(nch: int, ch_n: np.ndarray, ch_t: np.ndarray, T: int, S: int, lscale: float, NI: np.ndarray,
+               PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray,
+               occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+               istate: np.ndarray) -> bool:  # fmt: skip
+    """The recomputation chain of an add (a deviation from §2.2, see
+    :func:`~.mutations.plan_chain`), in increasing slots, inputs before their consumers; False,
+    with every node of it removed again, where one of them cannot be added.
+
+    With ``chain`` > 0 half of the adds also recompute, just before them, up to a number drawn
+    uniformly from [1, chain] of the inputs they would otherwise keep alive (and theirs,
+    recursively), and half of the removes also remove up to that many input computations left
+    without a use (its inverse, :func:`~.mutations.remove_chain`, so that a chain taken in one
+    move can be given back in one); the chain is one mutation, accepted or undone as a whole,
+    and journalled as one entry per node."""
+    done = 0
+    for i in range(nch - 1, -1, -1):
+        m = ch_n[i]
+        if NI[m, NP] + 1 >= NX[m, PCAP] or not inputs_ready(m, ch_t[i], NI, PU, pred_idx):
+            break
+        add_node(
+            m, ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+        )
+        done += 1
+    if done < nch:
+        for i in range(nch - done, nch):
+            remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                        lz, fstate, istate)  # fmt: skip
+        return False
+    return True
+
+
+@helper_jit
+def _journal(log_t: np.ndarray, log_n: np.ndarray, istate: np.ndarray, kind: int, n: int, t: int, t1: int,
+             t2: int, nch: int, ch_n: np.ndarray, ch_t: np.ndarray) -> int:  # fmt: skip
+    """An accepted mutation journalled (log_t, log_n), one entry per node it adds or removes;
+    returns the journal's new length."""
+    ll = istate[I_LOG_LEN]
+    if kind == ADD:
+        for i in range(nch - 1, -1, -1):
+            log_t[ll] = ch_t[i]
+            log_n[ll] = ch_n[i]
+            ll += 1
+        log_t[ll] = t
+        log_n[ll] = n
+        ll += 1
+    elif kind == REMOVE:
+        log_t[ll] = t
+        log_n[ll] = NOP
+        ll += 1
+        for i in range(nch):
+            log_t[ll] = ch_t[i]
+            log_n[ll] = NOP
+            ll += 1
+    else:
+        log_t[ll] = t2
+        log_n[ll] = n
+        log_t[ll + 1] = t1
+        log_n[ll + 1] = NOP
+        ll += 2
+    istate[I_LOG_LEN] = ll
+    return ll
+
+
+@helper_jit
+def _mark_bests(fstate: np.ndarray, istate: np.ndarray, m_exact: float, c: float, budget: float,
+                ll: int) -> None:  # fmt: skip
+    """The journal position `ll` marked as the best feasible state (least cost with M <= budget,
+    then least M) and as the least-peak state, where the accepted state is one."""
+    if m_exact <= budget:
+        tol = 1e-9 * abs(c)
+        bc = fstate[F_BEST_FEAS_COST]
+        if c < bc - tol or (c <= bc + tol and m_exact < fstate[F_BEST_FEAS_PEAK]):
+            fstate[F_BEST_FEAS_COST] = c
+            fstate[F_BEST_FEAS_PEAK] = m_exact
+            istate[I_MARK_FEAS] = ll
+    if m_exact < fstate[F_BEST_PEAK] or (
+        m_exact == fstate[F_BEST_PEAK] and c < fstate[F_BEST_PEAK_COST] - 1e-9 * abs(c)
+    ):
+        fstate[F_BEST_PEAK] = m_exact
+        fstate[F_BEST_PEAK_COST] = c
+        istate[I_MARK_PEAK] = ll
+
+
+@helper_jit
+def _undo(kind: int, n: int, t: int, nch: int, ch_n: np.ndarray, ch_t: np.ndarray, T: int, S: int,
+          lscale: float, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray,
+          seq: np.ndarray, occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
+          istate: np.ndarray) -> None:  # fmt: skip
+    """A rejected add or remove (with its chain) undone by its inverse."""
+    if kind == ADD:
+        remove_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        for i in range(nch):  # decreasing slots: consumers before their inputs
+            remove_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                        lz, fstate, istate)  # fmt: skip
+    else:
+        for i in range(nch - 1, -1, -1):  # the exact reverse of the removals
+            add_node(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
+                     fstate, istate)  # fmt: skip
+        add_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+
+
+# ---------------------------------------------------------------------------------------------
 # the SA loop (Fig. 3)
 
 
@@ -114,22 +247,12 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     temperature h (multiplied by h_ratio every iteration: the exponential schedule of App. D.4);
     a rejected mutation is undone by its inverse.
 
-    With probability ``local`` the times are drawn where the mutation can be valid and useful instead of
-    uniformly over [0, T) (a deviation from §2.2 that only changes the proposal distribution):
-    an add of n goes uniformly between a use u of n (drawn uniformly) and the production of n
-    that u reads, i.e. a recomputation just before some use; a rotation moves n uniformly
-    between the first productions of its inputs and the first use of n after t1 (or T), which
-    is exactly the window where the §2.2 conditions can hold. Every accepted change is journalled (log_t,
-    log_n) and the journal positions of the best feasible state (least cost with M <= budget,
-    then least M) and of the least-peak state are recorded, so that the caller can rebuild them.
+    With probability ``local`` the times are drawn where the mutation can be valid and useful
+    (see :func:`_rotation_window`). Every accepted change is journalled (:func:`_journal`, with the
+    bests' positions, :func:`_mark_bests`), so that the caller can rebuild those states.
 
-    ``chain`` > 0 (a deviation from §2.2, see :func:`~.mutations._plan_chain`): half of the adds
-    also recompute, just before them, up to a number drawn uniformly from [1, chain] of the inputs
-    they would otherwise keep alive (and theirs, recursively), and half of the removes also
-    remove up to that many input computations left without a use (its inverse,
-    :func:`~.mutations._remove_chain`, so that a chain taken in one move can be given back in
-    one); the chain is one mutation, accepted or undone as a whole, and journalled as one entry
-    per node (the journal must hold (chain + 2) entries per iteration).
+    ``chain`` > 0: recomputation chains with half of the adds and removes (see :func:`_add_chain`;
+    the journal must hold (chain + 2) entries per iteration).
     """
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
@@ -149,148 +272,85 @@ def sa_chunk(prob, st, n_iters: int, budget: float, resident: float, c_floor: fl
     while it < n_iters:
         it += 1
         h *= h_ratio
-        r = _rand(rng)
-        u = _unit(_rand(rng))
+        r = rand_next(rng)
+        u = rand_unit(rand_next(rng))
         nocc = istate[I_NOCC]
         if u < p_add:
             kind = ADD
             if n_add == 0:
                 continue
-            n = add_list[_below(r, n_add)]
-            if local > 0.0 and NI[n, NU] > 0 and NI[n, NP] > 0 and _unit(_rand(rng)) < local:
+            n = add_list[rand_below(r, n_add)]
+            if local > 0.0 and NI[n, NU] > 0 and NI[n, NP] > 0 and rand_unit(rand_next(rng)) < local:
                 ub = NI[n, UB]
-                u_t = PU[ub + _below(_rand(rng), NI[n, NU])]
+                u_t = PU[ub + rand_below(rand_next(rng), NI[n, NU])]
                 pb = NI[n, PB]
-                lo = PU[_lower(PU, pb, pb + NI[n, NP], u_t) - 1]
+                lo = PU[lower_bound(PU, pb, pb + NI[n, NP], u_t) - 1]
                 if u_t - lo < 2:
                     continue
-                t = lo + 1 + _below(_rand(rng), u_t - lo - 1)
+                t = lo + 1 + rand_below(rand_next(rng), u_t - lo - 1)
             else:
                 t = np.int64(r & np.uint64(mask))
-            if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not _inputs_ready(n, t, NI, PU, pred_idx):
+            if seq[t] != NOP or NI[n, NP] + 1 >= NX[n, PCAP] or not inputs_ready(n, t, NI, PU, pred_idx):
                 continue
             nch = 0
-            if chain > 0 and _unit(_rand(rng)) < 0.5:
-                k_max = 1 + _below(_rand(rng), chain)
-                nch = _plan_chain(n, t, k_max, T, NI, PU, pred_idx, NX, seq, ch_n, ch_t)
-            done = 0
-            for i in range(nch - 1, -1, -1):  # increasing slots: inputs before their consumers
-                m = ch_n[i]
-                if NI[m, NP] + 1 >= NX[m, PCAP] or not _inputs_ready(m, ch_t[i], NI, PU, pred_idx):
-                    break
-                _add(m, ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
-                     istate)  # fmt: skip
-                done += 1
-            if done < nch:
-                for i in range(nch - done, nch):
-                    _remove(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
-                            lz, fstate, istate)  # fmt: skip
+            if chain > 0 and rand_unit(rand_next(rng)) < 0.5:
+                k_max = 1 + rand_below(rand_next(rng), chain)
+                nch = plan_chain(n, t, k_max, T, NI, PU, pred_idx, NX, seq, ch_n, ch_t)
+            if not _add_chain(nch, ch_n, ch_t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
+                              lz, fstate, istate):  # fmt: skip
                 continue
-            _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            add_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         elif u < p_add + p_remove:
             kind = REMOVE
             if nocc == 0:
                 continue
-            t = occ[_below(r, nocc)]
+            t = occ[rand_below(r, nocc)]
             n = seq[t]
-            if not (NI[n, FL] & ADDREM) or not _can_remove(n, t, T, NI, PU):
+            if not (NI[n, FL] & ADDREM) or not can_remove(n, t, T, NI, PU):
                 continue
-            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            remove_node(
+                n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+            )
             nch = 0
-            if chain > 0 and _unit(_rand(rng)) < 0.5:
-                k_max = 1 + _below(_rand(rng), chain)
-                nch = _remove_chain(n, t, k_max, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos,
+            if chain > 0 and rand_unit(rand_next(rng)) < 0.5:
+                k_max = 1 + rand_below(rand_next(rng), chain)
+                nch = remove_chain(n, t, k_max, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos,
                                     tz, lz, fstate, istate, ch_n, ch_t)  # fmt: skip
         else:
             kind = ROTATE
             if nocc == 0:
                 continue
-            t1 = occ[_below(r, nocc)]
+            t1 = occ[rand_below(r, nocc)]
             n = seq[t1]
-            if local > 0.0 and _unit(_rand(rng)) < local:
-                lo = -1
-                for i in range(NI[n, PS], NI[n, PE]):
-                    q = pred_idx[i]
-                    if NI[q, NP] > 0 and PU[NI[q, PB]] > lo:
-                        lo = PU[NI[q, PB]]
-                hi = T
-                ub = NI[n, UB]
-                nu = NI[n, NU]
-                j = _lower(PU, ub, ub + nu, t1 + 1)
-                if j < ub + nu:
-                    hi = PU[j]
+            if local > 0.0 and rand_unit(rand_next(rng)) < local:
+                lo, hi = _rotation_window(n, t1, T, NI, PU, pred_idx)
                 if hi - lo < 3:
                     continue
-                t2 = lo + 1 + _below(_rand(rng), hi - lo - 1)
+                t2 = lo + 1 + rand_below(rand_next(rng), hi - lo - 1)
             else:
                 t2 = np.int64(r & np.uint64(mask))
-            if seq[t2] != NOP or not _can_move(n, t1, t2, T, NI, PU, pred_idx):
+            if seq[t2] != NOP or not move_valid(n, t1, t2, T, NI, PU, pred_idx):
                 continue
-            _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)  # fmt: skip
+            move_node(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)  # fmt: skip
         istate[I_VALID] += 1
         m_exact, m_obj = _peak(tz, lz, resident, lscale)
         c = fstate[F_COST]
         f_new = objective(m_obj, c + c_floor, budget, mode, sharp, over)
         d = f_new - f
-        if d <= 0.0 or (h > 0.0 and _unit(_rand(rng)) < math.exp(-d / h)):
+        if d <= 0.0 or (h > 0.0 and rand_unit(rand_next(rng)) < math.exp(-d / h)):
             f = f_new
             istate[I_ACCEPTED] += 1
-            ll = istate[I_LOG_LEN]
-            if kind == ADD:
-                for i in range(nch - 1, -1, -1):
-                    log_t[ll] = ch_t[i]
-                    log_n[ll] = ch_n[i]
-                    ll += 1
-                log_t[ll] = t
-                log_n[ll] = n
-                ll += 1
-            elif kind == REMOVE:
-                log_t[ll] = t
-                log_n[ll] = NOP
-                ll += 1
-                for i in range(nch):
-                    log_t[ll] = ch_t[i]
-                    log_n[ll] = NOP
-                    ll += 1
-            else:
-                log_t[ll] = t2
-                log_n[ll] = n
-                log_t[ll + 1] = t1
-                log_n[ll + 1] = NOP
-                ll += 2
-            istate[I_LOG_LEN] = ll
-            if m_exact <= budget:
-                tol = 1e-9 * abs(c)
-                bc = fstate[F_BEST_FEAS_COST]
-                if c < bc - tol or (c <= bc + tol and m_exact < fstate[F_BEST_FEAS_PEAK]):
-                    fstate[F_BEST_FEAS_COST] = c
-                    fstate[F_BEST_FEAS_PEAK] = m_exact
-                    istate[I_MARK_FEAS] = ll
-            if m_exact < fstate[F_BEST_PEAK] or (
-                m_exact == fstate[F_BEST_PEAK] and c < fstate[F_BEST_PEAK_COST] - 1e-9 * abs(c)
-            ):
-                fstate[F_BEST_PEAK] = m_exact
-                fstate[F_BEST_PEAK_COST] = c
-                istate[I_MARK_PEAK] = ll
+            ll = _journal(log_t, log_n, istate, kind, n, t, t1, t2, nch, ch_n, ch_t)
+            _mark_bests(fstate, istate, m_exact, c, budget, ll)
             if stop_at_budget and m_exact <= budget:
                 istate[I_MET] = 1
                 break
-        else:
-            if kind == ADD:
-                _remove(
-                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
-                )
-                for i in range(nch):  # decreasing slots: consumers before their inputs
-                    _remove(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz,
-                            lz, fstate, istate)  # fmt: skip
-            elif kind == REMOVE:
-                for i in range(nch - 1, -1, -1):  # the exact reverse of the removals
-                    _add(ch_n[i], ch_t[i], T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
-                         fstate, istate)  # fmt: skip
-                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
-            else:
-                _move(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
+        elif kind == ROTATE:  # rejected: undone by its inverse
+            move_node(n, t2, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate,
                       istate)  # fmt: skip
+        else:
+            _undo(kind, n, t, nch, ch_n, ch_t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz,
+                  fstate, istate)  # fmt: skip
     fstate[F_OBJ] = f
     fstate[F_TEMP] = h
     return it
@@ -328,13 +388,17 @@ def polish(prob, st, limit: float) -> int:  # noqa: ANN001
         for i in range(m):
             t = cand[order[i]]
             n = seq[t]
-            if n == NOP or NI[n, NP] < 2 or not _can_remove(n, t, T, NI, PU):
+            if n == NOP or NI[n, NP] < 2 or not can_remove(n, t, T, NI, PU):
                 continue
-            _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            remove_node(
+                n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+            )
             if float(tz[2]) <= limit:
                 progress += 1
             else:
-                _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+                add_node(
+                    n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+                )
         removed += progress
         if progress == 0:
             break
@@ -378,7 +442,7 @@ def rebuild(prob, st) -> None:  # noqa: ANN001
     for q in range(K):
         for k in range(NI[q, NP]):
             p = PU[NI[q, PB] + k]
-            e = _end(q, k, NI, PU, T)
+            e = interval_end(q, k, NI, PU, T)
             diff[p] += NI[q, MEM]
             diff[e + 1] -= NI[q, MEM]
     run = 0
@@ -397,7 +461,7 @@ def rebuild(prob, st) -> None:  # noqa: ANN001
             lz[2 * (S + t)] = tz[2 * (S + t)] * lscale + (0.0 if seq[t] != NOP else -LSE_BIG)
             lz[2 * (S + t) + 1] = 0.0
         for p in range(S - 1, 0, -1):
-            lz[2 * p] = _lae2(lz[4 * p], lz[4 * p + 2])
+            lz[2 * p] = lae2(lz[4 * p], lz[4 * p + 2])
             lz[2 * p + 1] = 0.0
     istate[I_NOCC] = nocc
     fstate[F_COST] = c

@@ -28,12 +28,12 @@ from remat_cli.solvers.fastsa.kernel.structures import (
     PS,
     UB,
     WS,
-    _delete,
-    _insert,
-    _lower,
-    _lse_leaf,
     jit,
+    lower_bound,
+    lse_leaf,
     seg_add,
+    sorted_delete,
+    sorted_insert,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -41,13 +41,13 @@ from remat_cli.solvers.fastsa.kernel.structures import (
 
 
 @jit
-def _end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
+def interval_end(q: int, k: int, NI: np.ndarray, PU: np.ndarray, T: int) -> int:
     """End e_k of the k-th production interval [p_k, e_k] of node q's block."""
     pb = NI[q, PB]
     p = PU[pb + k]
     ub = NI[q, UB]
     if k + 1 < NI[q, NP]:
-        j = _lower(PU, ub, ub + NI[q, NU], PU[pb + k + 1]) - 1
+        j = lower_bound(PU, ub, ub + NI[q, NU], PU[pb + k + 1]) - 1
     else:
         if NI[q, FL] & KEEP:
             return T - 1
@@ -63,45 +63,45 @@ def _locate(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> tuple[int
     block size, end of the production interval before it or 0 when k = 0)."""
     pb = NI[n, PB]
     npn = NI[n, NP]
-    k = _lower(PU, pb, pb + npn, t) - pb
+    k = lower_bound(PU, pb, pb + npn, t) - pb
     e_prev = 0
     if k > 0:
-        e_prev = _end(n, k - 1, NI, PU, T)
+        e_prev = interval_end(n, k - 1, NI, PU, T)
     return pb, npn, k, NI[n, MEM], e_prev
 
 
 @jit
-def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+def add_node(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
          pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
          occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
          istate: np.ndarray) -> None:  # fmt: skip
     """Insert node n at the nop slot t (mutation 1 of §2.2), updating intervals and the tree."""
     pb, npn, k, m, e_old = _locate(n, t, T, NI, PU)
-    _insert(PU, pb, npn, pb + k, t)
+    sorted_insert(PU, pb, npn, pb + k, t)
     NI[n, NP] = npn + 1
     if k > 0:
         # case 2/3: the previous interval now ends at its last use before t
-        e_prev = _end(n, k - 1, NI, PU, T)
+        e_prev = interval_end(n, k - 1, NI, PU, T)
         if e_prev < e_old:
             seg_add(tz, lz, lscale, S, e_prev + 1, e_old + 1, -m)
-    e_new = _end(n, k, NI, PU, T)
+    e_new = interval_end(n, k, NI, PU, T)
     seg_add(tz, lz, lscale, S, t, e_new + 1, m)
     # inputs: t becomes a use of every predecessor's production before t (extend, case 2)
     for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
         qb = NI[q, PB]
-        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
-        e = _end(q, j, NI, PU, T)
+        j = lower_bound(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e = interval_end(q, j, NI, PU, T)
         if e < t:
             seg_add(tz, lz, lscale, S, e + 1, t + 1, NI[q, MEM])
         ub = NI[q, UB]
         nu = NI[q, NU]
-        _insert(PU, ub, nu, _lower(PU, ub, ub + nu, t), t)
+        sorted_insert(PU, ub, nu, lower_bound(PU, ub, ub + nu, t), t)
         NI[q, NU] = nu + 1
     # node-intermediate memory at its compute instant (App. B.1)
     seg_add(tz, lz, lscale, S, t, t + 1, NX[n, WS])
     if lz.shape[0] > 0:
-        _lse_leaf(lz, S, t, LSE_BIG)
+        lse_leaf(lz, S, t, LSE_BIG)
     seq[t] = n
     c = istate[I_NOCC]
     occ[c] = t
@@ -111,36 +111,36 @@ def _add(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.n
 
 
 @jit
-def _remove(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+def remove_node(n: int, t: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
             pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
             occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
             istate: np.ndarray) -> None:  # fmt: skip
-    """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of _add."""
+    """Replace node n at slot t by nop (mutation 2 of §2.2), the exact inverse of add_node."""
     pb, npn, k, m, e_prev_old = _locate(n, t, T, NI, PU)
-    e_cur = _end(n, k, NI, PU, T)
+    e_cur = interval_end(n, k, NI, PU, T)
     seg_add(tz, lz, lscale, S, t, e_cur + 1, -m)
-    _delete(PU, pb, npn, pb + k)
+    sorted_delete(PU, pb, npn, pb + k)
     NI[n, NP] = npn - 1
     if k > 0:
         # case 4: the previous interval takes over the uses up to the next production
-        e_prev = _end(n, k - 1, NI, PU, T)
+        e_prev = interval_end(n, k - 1, NI, PU, T)
         if e_prev > e_prev_old:
             seg_add(tz, lz, lscale, S, e_prev_old + 1, e_prev + 1, m)
     for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
         qb = NI[q, PB]
-        j = _lower(PU, qb, qb + NI[q, NP], t) - qb - 1
-        e_old = _end(q, j, NI, PU, T)
+        j = lower_bound(PU, qb, qb + NI[q, NP], t) - qb - 1
+        e_old = interval_end(q, j, NI, PU, T)
         ub = NI[q, UB]
         nu = NI[q, NU]
-        _delete(PU, ub, nu, _lower(PU, ub, ub + nu, t))
+        sorted_delete(PU, ub, nu, lower_bound(PU, ub, ub + nu, t))
         NI[q, NU] = nu - 1
         if e_old == t:  # t was the last use: shrink (case 2)
-            e_new = _end(q, j, NI, PU, T)
+            e_new = interval_end(q, j, NI, PU, T)
             seg_add(tz, lz, lscale, S, e_new + 1, e_old + 1, -NI[q, MEM])
     seg_add(tz, lz, lscale, S, t, t + 1, -NX[n, WS])
     if lz.shape[0] > 0:
-        _lse_leaf(lz, S, t, -LSE_BIG)
+        lse_leaf(lz, S, t, -LSE_BIG)
     seq[t] = NOP
     c = istate[I_NOCC] - 1
     pos = occpos[t]
@@ -202,13 +202,13 @@ def _move_end(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, e: int, f: 
 
 
 @jit
-def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
+def move_node(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarray, PU: np.ndarray,
           pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray, occ: np.ndarray,
           occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
           istate: np.ndarray) -> None:  # fmt: skip
     """Rotation (mutation 3 of §2.2): node n from slot t1 to the nop slot t2.
 
-    The same state as ``_add(n, t2)`` then ``_remove(n, t1)`` (the occ bookkeeping and the cost
+    The same state as ``add_node(n, t2)`` then ``remove_node(n, t1)`` (the occ bookkeeping and the cost
     arithmetic included, so that the SA's trajectory is bit for bit the same), but when no other
     production of n lies between t1 and t2 the production keeps its rank, so only the intervals
     of that production and the one before it change (§2.2.1): their old and new coverage is
@@ -217,38 +217,38 @@ def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarra
     """
     pb = NI[n, PB]
     npn = NI[n, NP]
-    k = _lower(PU, pb, pb + npn, t1) - pb
+    k = lower_bound(PU, pb, pb + npn, t1) - pb
     if t2 > t1:
         same = k + 1 >= npn or PU[pb + k + 1] > t2
     else:
         same = k == 0 or PU[pb + k - 1] < t2
     if not same:
-        _add(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
-        _remove(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        add_node(n, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+        remove_node(n, t1, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
         return
     ev_t = np.empty(8, dtype=np.int64)
     ev_d = np.empty(8, dtype=np.int64)
     ne = 0
     # the old intervals of productions k-1 and k leave, the new ones (after PU moves) come in
     if k > 0:
-        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, -1)
-    ne = _event_span(ev_t, ev_d, ne, t1, _end(n, k, NI, PU, T) + 1, -1)
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], interval_end(n, k - 1, NI, PU, T) + 1, -1)
+    ne = _event_span(ev_t, ev_d, ne, t1, interval_end(n, k, NI, PU, T) + 1, -1)
     PU[pb + k] = t2
     if k > 0:
-        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], _end(n, k - 1, NI, PU, T) + 1, 1)
-    ne = _event_span(ev_t, ev_d, ne, t2, _end(n, k, NI, PU, T) + 1, 1)
+        ne = _event_span(ev_t, ev_d, ne, PU[pb + k - 1], interval_end(n, k - 1, NI, PU, T) + 1, 1)
+    ne = _event_span(ev_t, ev_d, ne, t2, interval_end(n, k, NI, PU, T) + 1, 1)
     _span_diff(tz, lz, lscale, S, NI[n, MEM], ev_t, ev_d, ne)
     for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
         qb = NI[q, PB]
         nq = NI[q, NP]
-        j1 = _lower(PU, qb, qb + nq, t1) - qb - 1
-        j2 = _lower(PU, qb, qb + nq, t2) - qb - 1
-        e1 = _end(q, j1, NI, PU, T)
-        e2 = _end(q, j2, NI, PU, T) if j2 != j1 else e1
+        j1 = lower_bound(PU, qb, qb + nq, t1) - qb - 1
+        j2 = lower_bound(PU, qb, qb + nq, t2) - qb - 1
+        e1 = interval_end(q, j1, NI, PU, T)
+        e2 = interval_end(q, j2, NI, PU, T) if j2 != j1 else e1
         ub = NI[q, UB]
         nu = NI[q, NU]
-        a = _lower(PU, ub, ub + nu, t1)  # the use t1 itself
+        a = lower_bound(PU, ub, ub + nu, t1)  # the use t1 itself
         if t2 > t1:
             while a + 1 < ub + nu and PU[a + 1] < t2:
                 PU[a] = PU[a + 1]
@@ -259,48 +259,48 @@ def _move(n: int, t1: int, t2: int, T: int, S: int, lscale: float, NI: np.ndarra
                 a -= 1
         PU[a] = t2
         mq = NI[q, MEM]
-        _move_end(tz, lz, lscale, S, e1, _end(q, j1, NI, PU, T), mq)
+        _move_end(tz, lz, lscale, S, e1, interval_end(q, j1, NI, PU, T), mq)
         if j2 != j1:
-            _move_end(tz, lz, lscale, S, e2, _end(q, j2, NI, PU, T), mq)
+            _move_end(tz, lz, lscale, S, e2, interval_end(q, j2, NI, PU, T), mq)
     ws = NX[n, WS]
     if ws != 0:
         seg_add(tz, lz, lscale, S, t2, t2 + 1, ws)
         seg_add(tz, lz, lscale, S, t1, t1 + 1, -ws)
     if lz.shape[0] > 0:
-        _lse_leaf(lz, S, t2, LSE_BIG)
-        _lse_leaf(lz, S, t1, -LSE_BIG)
+        lse_leaf(lz, S, t2, LSE_BIG)
+        lse_leaf(lz, S, t1, -LSE_BIG)
     seq[t2] = n
     seq[t1] = NOP
     pos = occpos[t1]
     occ[pos] = t2
     occpos[t2] = pos
     occpos[t1] = -1
-    c = fstate[F_COST] + cost[n]  # as _add then _remove would round it
+    c = fstate[F_COST] + cost[n]  # as add_node then remove_node would round it
     fstate[F_COST] = c - cost[n]
 
 
 @jit
 def do_add(prob, st, n: int, t: int) -> None:  # noqa: ANN001
-    """_add on the packed state (for tests and callers outside the loop)."""
+    """add_node on the packed state (for tests and callers outside the loop)."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
-    _add(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+    add_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
 
 
 @jit
 def do_remove(prob, st, n: int, t: int) -> None:  # noqa: ANN001
-    """_remove on the packed state."""
+    """remove_node on the packed state."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
-    _remove(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+    remove_node(n, t, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
 
 
 @jit
 def do_move(prob, st, n: int, t1: int, t2: int) -> None:  # noqa: ANN001
-    """_move on the packed state."""
+    """move_node on the packed state."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
-    _move(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+    move_node(n, t1, t2, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
 
 
 @jit
@@ -308,7 +308,7 @@ def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
     """The §2.2 rotation condition on the packed state (t2 must also be a nop slot)."""
     T, S, lscale, NX, cost, pred_idx, add_list = prob
     seq, occ, occpos, NI, PU, tz, lz, fstate, istate, rng, log_t, log_n = st
-    return seq[t2] == NOP and _can_move(n, t1, t2, T, NI, PU, pred_idx)
+    return seq[t2] == NOP and move_valid(n, t1, t2, T, NI, PU, pred_idx)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def can_move(prob, st, n: int, t1: int, t2: int) -> bool:  # noqa: ANN001
 
 
 @jit
-def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
+def inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
     """Add condition: every input of n is produced before time t."""
     for i in range(NI[n, PS], NI[n, PE]):
         q = pred_idx[i]
@@ -329,12 +329,12 @@ def _inputs_ready(n: int, t: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.n
 def _no_use_between(n: int, a: int, b: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     ub = NI[n, UB]
     end = ub + NI[n, NU]
-    i = _lower(PU, ub, end, a + 1)
+    i = lower_bound(PU, ub, end, a + 1)
     return i >= end or PU[i] >= b
 
 
 @jit
-def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
+def can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
     """Remove condition: the output of n_t is produced before t, or nothing uses it before its
     next production (and a graph output keeps at least one production)."""
     pb = NI[n, PB]
@@ -350,9 +350,11 @@ def _can_remove(n: int, t: int, T: int, NI: np.ndarray, PU: np.ndarray) -> bool:
 
 
 @jit
-def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray) -> bool:
+def move_valid(
+    n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, pred_idx: np.ndarray
+) -> bool:
     """Rotation (mutation 3) = add at t2 then remove at t1; valid iff both steps are."""
-    if not _inputs_ready(n, t2, NI, PU, pred_idx):
+    if not inputs_ready(n, t2, NI, PU, pred_idx):
         return False
     pb = NI[n, PB]
     if PU[pb] < t1 or t2 < t1:
@@ -364,11 +366,11 @@ def _can_move(n: int, t1: int, t2: int, T: int, NI: np.ndarray, PU: np.ndarray, 
 
 
 # ---------------------------------------------------------------------------------------------
-# recomputation chains (a deviation from §2.2, issue 18)
+# recomputation chains (a deviation from §2.2)
 
 
 @jit
-def _plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.ndarray,
+def plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.ndarray,
                 pred_idx: np.ndarray, NX: np.ndarray, seq: np.ndarray, ch_n: np.ndarray,
                 ch_t: np.ndarray) -> int:  # fmt: skip
     """Plan the recomputation of the inputs an add of n at t would otherwise keep alive.
@@ -399,10 +401,10 @@ def _plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.n
             if not (NI[q, FL] & ADDREM):
                 continue
             qb = NI[q, PB]
-            j = _lower(PU, qb, qb + NI[q, NP], s) - qb - 1
+            j = lower_bound(PU, qb, qb + NI[q, NP], s) - qb - 1
             if j < 0:
                 continue  # not produced before s: the add is invalid anyway
-            if _end(q, j, NI, PU, T) >= s:
+            if interval_end(q, j, NI, PU, T) >= s:
                 continue  # live at s
             planned = False
             copies = 0
@@ -431,15 +433,15 @@ def _plan_chain(n: int, t: int, max_extra: int, T: int, NI: np.ndarray, PU: np.n
 
 
 @jit
-def _remove_chain(n: int, t: int, max_extra: int, T: int, S: int, lscale: float, NI: np.ndarray,
+def remove_chain(n: int, t: int, max_extra: int, T: int, S: int, lscale: float, NI: np.ndarray,
                   PU: np.ndarray, pred_idx: np.ndarray, NX: np.ndarray, cost: np.ndarray, seq: np.ndarray,
                   occ: np.ndarray, occpos: np.ndarray, tz: np.ndarray, lz: np.ndarray, fstate: np.ndarray,
                   istate: np.ndarray, ch_n: np.ndarray, ch_t: np.ndarray) -> int:  # fmt: skip
     """After n was removed from t: remove the computations of its inputs that no longer have a use
     (the production before t of a recomputable input, not its only one, whose interval of §2.2.1
     is now [p, p]), then theirs, up to ``max_extra``; the inverse of an add with its chain (see
-    :func:`_plan_chain`). Each removal is applied at once (``ch_n[:k]``, ``ch_t[:k]`` in order,
-    undone in the reverse order by ``_add``). Returns k."""
+    :func:`plan_chain`). Each removal is applied at once (``ch_n[:k]``, ``ch_t[:k]`` in order,
+    undone in the reverse order by ``add_node``). Returns k."""
     k = 0
     head = 0
     m = n
@@ -453,13 +455,15 @@ def _remove_chain(n: int, t: int, max_extra: int, T: int, S: int, lscale: float,
             if not (NI[q, FL] & ADDREM) or npq < 2:
                 continue
             qb = NI[q, PB]
-            j = _lower(PU, qb, qb + npq, s) - qb - 1
+            j = lower_bound(PU, qb, qb + npq, s) - qb - 1
             if j < 0:
                 continue
             p = PU[qb + j]
-            if _end(q, j, NI, PU, T) != p or not _can_remove(q, p, T, NI, PU):
+            if interval_end(q, j, NI, PU, T) != p or not can_remove(q, p, T, NI, PU):
                 continue  # still used (a kept output's last production ends at T - 1)
-            _remove(q, p, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate)
+            remove_node(
+                q, p, T, S, lscale, NI, PU, pred_idx, NX, cost, seq, occ, occpos, tz, lz, fstate, istate
+            )
             ch_n[k] = q
             ch_t[k] = p
             k += 1

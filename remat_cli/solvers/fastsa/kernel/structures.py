@@ -15,6 +15,10 @@ from remat_cli.util.numba_cache import package_njit
 #: ``numba.njit(cache=True)`` for every kernel of this package: its cache entries are stamped with
 #: all the package's files, since the kernels call each other across them (remat_cli.util.numba_cache)
 jit = package_njit(error_model="numpy")
+#: the same without the runtime's reference counting (numba ``_nrt=False``), for the parts of one
+#: annealing iteration (anneal.py): they allocate nothing, and counting references to the state's
+#: arrays on every call would slow the loop that calls them
+helper_jit = package_njit(error_model="numpy", _nrt=False)
 
 NOP = -1
 
@@ -48,7 +52,7 @@ I_LEN = 7
 
 
 @jit
-def _rand(rng: np.ndarray) -> np.uint64:
+def rand_next(rng: np.ndarray) -> np.uint64:
     x = rng[0]
     x ^= x >> np.uint64(12)
     x ^= x << np.uint64(25)
@@ -58,13 +62,13 @@ def _rand(rng: np.ndarray) -> np.uint64:
 
 
 @jit
-def _below(r: np.uint64, n: int) -> int:
+def rand_below(r: np.uint64, n: int) -> int:
     """A number in [0, n) from the top 32 bits of r (Lemire's multiply-shift, no division)."""
     return np.int64(((r >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
 @jit
-def _unit(r: np.uint64) -> float:
+def rand_unit(r: np.uint64) -> float:
     return float(r >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
@@ -83,7 +87,7 @@ LAE_TABLE = np.log2(1.0 + np.exp2(-np.arange(LAE_STEPS * LAE_RANGE + 2) / LAE_ST
 
 
 @jit
-def _lae2(a: float, b: float) -> float:
+def lae2(a: float, b: float) -> float:
     """logaddexp in base 2 (App. C.2), from ``LAE_TABLE``."""
     if a < b:
         a, b = b, a
@@ -142,7 +146,7 @@ def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: 
         changed = v != tz[2 * l0]
         tz[2 * l0] = v
         if lse:
-            lz[2 * l0] = _lae2(lz[4 * l0], lz[4 * l0 + 2]) + lz[2 * l0 + 1]
+            lz[2 * l0] = lae2(lz[4 * l0], lz[4 * l0 + 2]) + lz[2 * l0 + 1]
         if r0 != l0:
             a = tz[4 * r0]
             b = tz[4 * r0 + 2]
@@ -150,19 +154,19 @@ def seg_add(tz: np.ndarray, lz: np.ndarray, lscale: float, S: int, lo: int, hi: 
             changed = changed or v != tz[2 * r0]
             tz[2 * r0] = v
             if lse:
-                lz[2 * r0] = _lae2(lz[4 * r0], lz[4 * r0 + 2]) + lz[2 * r0 + 1]
+                lz[2 * r0] = lae2(lz[4 * r0], lz[4 * r0 + 2]) + lz[2 * r0 + 1]
         if not changed and not lse and level > levels:
             return
 
 
 @jit
-def _lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
+def lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
     """Add x at one leaf of the logaddexp tree only (the nop constant of App. C.2)."""
     p = t + S
     lz[2 * p] += x
     while p > 1:
         p >>= 1
-        lz[2 * p] = _lae2(lz[4 * p], lz[4 * p + 2]) + lz[2 * p + 1]
+        lz[2 * p] = lae2(lz[4 * p], lz[4 * p + 2]) + lz[2 * p + 1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +174,7 @@ def _lse_leaf(lz: np.ndarray, S: int, t: int, x: float) -> None:
 
 
 @jit
-def _lower(a: np.ndarray, lo: int, hi: int, x: int) -> int:
+def lower_bound(a: np.ndarray, lo: int, hi: int, x: int) -> int:
     """First index i in [lo, hi) with a[i] >= x (hi if none)."""
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -182,7 +186,7 @@ def _lower(a: np.ndarray, lo: int, hi: int, x: int) -> int:
 
 
 @jit
-def _insert(a: np.ndarray, base: int, count: int, idx: int, x: int) -> None:
+def sorted_insert(a: np.ndarray, base: int, count: int, idx: int, x: int) -> None:
     i = base + count
     while i > idx:
         a[i] = a[i - 1]
@@ -191,7 +195,7 @@ def _insert(a: np.ndarray, base: int, count: int, idx: int, x: int) -> None:
 
 
 @jit
-def _delete(a: np.ndarray, base: int, count: int, idx: int) -> None:
+def sorted_delete(a: np.ndarray, base: int, count: int, idx: int) -> None:
     end = base + count - 1
     i = idx
     while i < end:

@@ -1,0 +1,198 @@
+"""Deployment truth in onnxruntime (CPU): what a schedule's peak and time are under the settings
+people deploy with, against remat's replay settings, `remat apply`'s model and the plan executor.
+
+Per model: `remat optimize --level extended` (fusions kept), then per budget (100/70/50% of the
+optimized graph's baseline peak) greedy's schedule, a memory plan (`place`, 64-byte alignment),
+`remat apply`. Rows, all on the same seeded inputs, peaks in fresh subprocesses, times interleaved
+in one more (median of --repeat runs after a warm-up):
+
+Two groups of rows, one with glibc's mmap threshold lowered to 64 KiB (as `remat run` measures:
+every freed tensor goes back to the OS) and one with glibc as a deployment has it:
+
+- deployed (mmap64k): the applied model under remat's replay settings, which are the deployed
+  ones (optimizers, arena, pattern, reuse off; the file's order)
+- ort_defaults: the applied model under onnxruntime's defaults, CSE off
+- ort_defaults_unscheduled: the optimized model, unscheduled, under onnxruntime's defaults (the
+  time reference: target = 1.10 x (1 + predicted overhead) x its median)
+- deployed (glibc): the same, glibc as a deployment has it
+- plan: the applied model inside its memory plan (runtime.plan_executor.PlanExecutor)
+
+    python3 bench/runtime_deploy.py [--models a.onnx b.onnx ...] [--fractions 1,0.7,0.5] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from remat_cli.execution.runner import run_solver  # noqa: E402
+from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
+from remat_cli.planning.addresses import place  # noqa: E402
+from remat_cli.planning.memory_plan import buffers_of, make_plan  # noqa: E402
+from remat_cli.runtime.deploy import apply_schedule  # noqa: E402
+from remat_cli.runtime.model import feed_names, make_inputs  # noqa: E402
+from remat_cli.runtime.optimize import optimize_model  # noqa: E402
+from remat_cli.runtime.session import measure  # noqa: E402
+from remat_cli.schedule import baseline, simulate  # noqa: E402
+from remat_cli.solver import SolveOptions  # noqa: E402
+
+SHIPPED = [ROOT / "graphs" / f"torch_{n}_train.onnx" for n in ("mlp", "unet", "transformer", "resnet")]
+#: per allocator (mmap64k: glibc's mmap threshold lowered to 64 KiB, every freed tensor goes back
+#: to the OS, as remat run measures; glibc: the allocator as a deployment has it), the rows and
+#: their session settings, each group's times interleaved with its own reference
+GROUPS = {
+    # remat's replay settings are the deployed ones (session.session_options): one row for both
+    "mmap64k": [
+        ("deployed", "deployed"),
+        ("plan", "plan"),
+        ("ort_defaults_unscheduled", "defaults"),
+    ],
+    "glibc": [
+        ("ort_defaults", "defaults"),
+        ("ort_defaults_unscheduled", "defaults"),
+        ("deployed", "deployed"),
+        ("plan", "plan"),
+    ],
+}
+ROWS = [r for g in GROUPS.values() for r, _ in g]
+
+
+def cell(src: Path, opt: Path, fraction: float, repeat: int, d: Path) -> list[dict]:
+    graph = from_onnx_file(opt)
+    budget = int(fraction * baseline(graph).peak_memory)
+    sched, _ = run_solver(graph, budget, "greedy", SolveOptions())
+    if sched is None:
+        return [{"row": r, "feasible": False} for r in ROWS]
+    bufs = buffers_of(graph, sched.steps)
+    offsets, _, _, _ = place(bufs, 64, 5.0, 1)
+    sched.memory_plan = make_plan(bufs, offsets, 64)
+    app = d / "applied.onnx"
+    applied = apply_schedule(opt, graph, sched, app)
+    model = onnx.load(str(opt))
+    feeds = make_inputs(model, graph=graph)
+    np.savez(d / "in.npz", **{k: feeds[k] for k in feed_names(model)})
+    sim, base = simulate(graph, sched.steps), baseline(graph)
+    overhead = sim.cost / base.cost - 1
+    rows = []
+    for malloc, group in GROUPS.items():
+        models = [opt if r == "ort_defaults_unscheduled" else app for r, _ in group]
+        got = measure(
+            [(m, d / f"{malloc}_{r}.npz") for m, (r, _) in zip(models, group, strict=True)],
+            d / "in.npz",
+            repeat=repeat,
+            warmup=1,
+            settings=[kind for _, kind in group],  # type: ignore[misc]
+            mmap=malloc == "mmap64k",
+        )
+        by = dict(zip([r for r, _ in group], got, strict=True))
+        ref_m = by["ort_defaults_unscheduled"]
+        with np.load(d / f"{malloc}_ort_defaults_unscheduled.npz") as z:
+            ref = {k: z[k] for k in z.files}
+        for (r, _), m in zip(group, got, strict=True):
+            with np.load(d / f"{malloc}_{r}.npz") as z:
+                match = all(np.allclose(z[k], ref[k], rtol=1e-4, atol=1e-5) for k in ref)
+            peak = m.peak_above_baseline + graph.resident_bytes
+            cpu = float(np.median(m.cpu_times))
+            ratio, cpu_ratio = m.seconds / ref_m.seconds, cpu / float(np.median(ref_m.cpu_times))
+            rows.append(
+                {
+                    "row": r,
+                    "malloc": malloc,
+                    "feasible": True,
+                    "peak": peak,
+                    "peak_vs_predicted": peak / sim.peak_memory - 1,
+                    # plan: the arena + one more run's own high-water mark, without onnxruntime's
+                    # allocations of the first run (the replay rows leave them out too)
+                    "steady_peak": None if m.steady_peak is None else m.steady_peak + graph.resident_bytes,
+                    "seconds": m.seconds,
+                    "cpu_seconds": cpu,
+                    "times": [round(t, 5) for t in m.times],
+                    "cpu_times": [round(t, 5) for t in m.cpu_times],
+                    "time_vs_defaults_unscheduled": ratio,
+                    "cpu_vs_defaults_unscheduled": cpu_ratio,
+                    "outputs_match": match,
+                    "peak_within_3pct": peak <= 1.03 * sim.peak_memory,
+                    "time_target_met": ratio <= 1.10 * (1 + overhead),
+                    "cpu_time_target_met": cpu_ratio <= 1.10 * (1 + overhead),
+                }
+            )
+    head = {
+        "model": src.stem,
+        "fraction": fraction,
+        "budget": budget,
+        "predicted_peak": sim.peak_memory,
+        "predicted_overhead": overhead,
+        "planned_arena": sched.memory_plan.arena,
+        "recomputations": applied.recomputations,
+        "applied_outputs_match": applied.outputs_match,
+    }
+    return [head | r for r in rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="*", type=Path, default=SHIPPED)
+    ap.add_argument("--fractions", default="1,0.7,0.5")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", default="runtime_deploy")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args()
+    fractions = [float(f) for f in args.fractions.split(",")]
+    results: list[dict] = []
+    out = ROOT / "bench" / "results" / f"{args.out}.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in args.models:
+            optimize_model(src, Path(tmp) / f"{src.stem}.opt.onnx", level="extended")
+        for f in fractions:  # every model at the first fraction first: a stopped run has all six
+            for src in args.models:
+                opt = Path(tmp) / f"{src.stem}.opt.onnx"
+                d = Path(tmp) / f"{src.stem}_{f}"
+                d.mkdir()
+                t0 = time.time()
+                rows = cell(src, opt, f, args.repeat, d)
+                results += rows
+                _print(src, f, rows)
+                print(f"  ({time.time() - t0:.0f} s)", flush=True)
+                _write(out, args, results)  # after every cell: a stopped run keeps what it measured
+    print(f"wrote {out}")
+
+
+def _print(src: Path, f: float, rows: list[dict]) -> None:
+    for r in rows:
+        if not r.get("feasible"):
+            print(f"{src.stem:24s} {f:4.0%} infeasible", flush=True)
+            return
+        print(
+            f"{src.stem:24s} {f:4.0%} {r['malloc']:7s} {r['row']:24s} "
+            f"peak {r['peak'] / 1e6:8.2f} MB ({r['peak_vs_predicted']:+6.1%}) "
+            f"{r['seconds'] * 1e3:7.1f} ms (x{r['time_vs_defaults_unscheduled']:.2f}) "
+            f"cpu {r['cpu_seconds'] * 1e3:6.1f} ms (x{r['cpu_vs_defaults_unscheduled']:.2f}) "
+            f"target x{1.10 * (1 + r['predicted_overhead']):.2f} match {r['outputs_match']}",
+            flush=True,
+        )
+
+
+def _write(out: Path, args: argparse.Namespace, results: list[dict]) -> None:
+    doc = {
+        "command": "python3 " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "note": args.note,
+        "load_average": os.getloadavg(),
+        "rows": results,
+    }
+    out.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

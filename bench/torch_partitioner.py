@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
     import remat_cli.torch  # noqa: F401
-    from remat_cli.torch import backend
+    from remat_cli.torch import RematFallback, backend
     from remat_cli.torch.models import case
 
     torch.set_num_threads(1)
@@ -128,9 +129,13 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     want = first_step(model, model, inputs)
     equal: dict[str, bool] = {}
     errors: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     for m, c_, f, _ in rows:
         try:
-            equal[m + c_] = equal_to(want, first_step(model, f, inputs))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", RematFallback)
+                equal[m + c_] = equal_to(want, first_step(model, f, inputs))
+            reasons.update((m + c_, str(w.message)) for w in caught if issubclass(w.category, RematFallback))
         except Exception as e:  # a partitioner whose graphs fail: reported, not timed
             errors[m + c_] = f"{type(e).__name__}: {str(e)[:200]}"
     failed = [r for r in rows if r[0] + r[1] in errors]
@@ -177,6 +182,7 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
                 "predicted_peak": solved.predicted_peak if solved else None,
                 "grads_equal": equal[method + compiler],
                 "fallback": part is not None and solved is None,
+                "fallback_reason": reasons.get(method + compiler),
                 "budget_bytes": solved.budget if solved else None,
                 "no_remat_peak": solved.baseline_peak if solved else None,
                 "overhead": solved.schedule.summary.overhead if solved else None,

@@ -208,7 +208,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                     for r in rows
                     if r["model"] == model
                     and r["compiler"] == compiler
-                    and r["method"].split("@")[0] == family
+                    and ("eager" if r["method"].startswith("eager") else r["method"].split("@")[0]) == family
                     and not r["fallback"]
                     and r["peak"] is not None
                 ]

@@ -1,12 +1,16 @@
 PYTHON ?= python3
 
-.PHONY: install test lint format schemas bench demo examples
+.PHONY: install test test-fast lint format schemas bench demo examples
 
 install:
 	$(PYTHON) -m pip install -q -e ".[test]"
 
 test:
 	$(PYTHON) -m pytest -q
+
+# the edit loop: every test but those marked slow
+test-fast:
+	$(PYTHON) -m pytest -q -m "not slow"
 
 lint:
 	ruff check . && ruff format --check .

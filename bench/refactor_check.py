@@ -97,8 +97,9 @@ def digest(schedule: Any) -> dict[str, Any]:
     }
 
 
-def worker(checkout: str, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run `cells` with the remat_cli of `checkout` (first on sys.path); one dict per cell."""
+def worker(checkout: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run `cells` with the remat_cli of `checkout` (first on sys.path): one dict per cell
+    (``rows``), and the solvers that checkout registers (``solvers``)."""
     sys.path.insert(0, checkout)
     import remat_cli  # noqa: PLC0415 - the checkout's, imported after the path is set
 
@@ -139,7 +140,9 @@ def worker(checkout: str, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             file=sys.stderr,
             flush=True,
         )
-    return out
+    from remat_cli import registry  # noqa: PLC0415 - the checkout's
+
+    return {"rows": out, "solvers": list(registry.names())}
 
 
 def plan_cells(only: set[str] | None) -> list[dict[str, Any]]:
@@ -161,7 +164,7 @@ def git_head(checkout: Path) -> str | None:
     return p.stdout.strip() or None
 
 
-def run_side(checkout: Path, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_side(checkout: Path, cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Run the worker in a fresh interpreter on `checkout`, its numba cache and bytecode kept out
     of the checkout (a read-only reference stays untouched)."""
     cache = (
@@ -229,7 +232,8 @@ def main() -> int:
     cells = plan_cells(set(filter(None, args.solvers.split(","))) or None)
     print(f"{args.side}: {checkout} ({len(cells)} cells)", file=sys.stderr)
     t0 = time.monotonic()
-    results = run_side(checkout, cells)
+    side = run_side(checkout, cells)
+    results = side["rows"]
     record = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
     planned = {cell_key(c) for c in plan_cells(None)}
     by_key = {r["key"]: r for r in record["rows"] if r["key"] in planned}
@@ -247,6 +251,8 @@ def main() -> int:
         "checkout": str(checkout),
         "commit": git_head(checkout),
         "published_graphs": str(MOCCASIN),
+        # registered there but not in SOLVERS: not checked (a new solver has no "before")
+        "solvers_not_checked": [n for n in side["solvers"] if n not in SOLVERS],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.monotonic() - t0, 1),
         "note": args.note,
@@ -266,6 +272,9 @@ def main() -> int:
     for r in rows:
         b, a = (r.get(s, {}).get("sha256") or r.get(s, {}).get("status", "-") for s in ("before", "after"))
         print(f"{r['solver']:<15}{r['graph'][:42]:<44}{b[:8]:>10}{a[:8]:>10}  {r.get('equal', '-')}")
+    unchecked = record[f"{args.side}_run"]["solvers_not_checked"]
+    if unchecked:
+        print(f"registered but not in SOLVERS (not checked): {', '.join(unchecked)}")
     print(f"summary: {json.dumps(record['summary'])}\nwritten: {RESULTS}")
     return 1 if differ else 0
 

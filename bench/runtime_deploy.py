@@ -52,10 +52,10 @@ SHIPPED = [ROOT / "graphs" / f"torch_{n}_train.onnx" for n in ("mlp", "unet", "t
 #: to the OS, as remat run measures; glibc: the allocator as a deployment has it), the rows and
 #: their session settings, each group's times interleaved with its own reference
 GROUPS = {
-    # remat's replay settings are the deployed ones (session.session_options): one row for both;
-    # the plan executor allocates its arena itself, so it is measured once, under glibc's own
+    # remat's replay settings are the deployed ones (session.session_options): one row for both
     "mmap64k": [
         ("deployed", "deployed"),
+        ("plan", "plan"),
         ("ort_defaults_unscheduled", "defaults"),
     ],
     "glibc": [

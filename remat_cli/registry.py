@@ -8,6 +8,16 @@ solver class is imported only by :func:`get`. The table restates what each class
 
 An out-of-tree package registers ``name = "package.module:SolverClass"`` in the entry-point
 group; its facts come from its class, which :func:`info` then has to import.
+
+Examples
+--------
+>>> from remat_cli import registry
+>>> "greedy" in registry.names()
+True
+>>> registry.info("checkmate").exact
+True
+>>> registry.get("greedy").name
+'greedy'
 """
 
 from __future__ import annotations
@@ -29,13 +39,32 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Entry:
-    """What `remat solvers` shows about a solver, known without importing it."""
+    """What ``remat solvers`` shows about a solver, known without importing it.
 
-    path: str  # "package.module:SolverClass"
+    Parameters
+    ----------
+    path : str
+        Where the class is: ``"package.module:SolverClass"``.
+    method : str
+        One line: what the method is (the class's ``Solver.method``).
+    paper : str
+        The paper it implements (``Solver.paper``).
+    exact : bool, default False
+        Whether "optimal" is a proof (``Solver.exact``).
+    requires : tuple of str, default ()
+        Top-level packages the solver's engines need; absent ones make it "missing engine".
+
+    Examples
+    --------
+    >>> entry = BUILTIN["moccasin"]
+    >>> entry.path, entry.requires
+    ('remat_cli.solvers.moccasin:Moccasin', ('ortools',))
+    """
+
+    path: str
     method: str
     paper: str
     exact: bool = False
-    #: top-level packages the solver's engines need; absent ones make it "missing engine"
     requires: tuple[str, ...] = ()
 
 
@@ -55,6 +84,11 @@ BUILTIN: dict[str, Entry] = {
         "remat_cli.solvers.greedy:Greedy",
         "greedy rematerialization: peak-reduction splits and DTR-style eviction, best kept",
         "Kirisame et al., Dynamic Tensor Rematerialization, ICLR 2021 (h_DTR and its e* variant)",
+    ),
+    "ratio": Entry(
+        "remat_cli.solvers.ratio:Ratio",
+        "drop values by bytes per recompute cost, shortest fitting prefix by bisection",
+        "Jain et al., Checkmate (MLSys'20) §5 rounding; Chen et al. 2016 (segments)",
     ),
     "chen-sqrtn": Entry(
         "remat_cli.solvers.chen:ChenSqrtN",
@@ -123,7 +157,19 @@ ENTRY_POINT_GROUP = "remat.solvers"
 
 
 class UnknownSolver(KeyError):
-    pass
+    """A solver name that is neither built in nor registered by entry point.
+
+    ``e.args[0]`` is the message, which lists the known names (``str(e)`` would quote it, as
+    for any KeyError).
+
+    Examples
+    --------
+    >>> try:
+    ...     get("simplex")
+    ... except UnknownSolver as e:
+    ...     print(e.args[0].partition(" (known")[0])
+    unknown solver 'simplex'
+    """
 
 
 def _load(path: str) -> type[Solver]:
@@ -141,6 +187,21 @@ def _exists(module: str) -> bool:
 
 @cache
 def solver_table() -> dict[str, str]:
+    """Every registered solver's name and where its class is, read once.
+
+    The built-ins whose module exists (in :data:`BUILTIN`'s order), then the entry points of
+    :data:`ENTRY_POINT_GROUP`; a built-in name is never replaced by an entry point's.
+
+    Returns
+    -------
+    dict of str to str
+        ``{name: "package.module:SolverClass"}``.
+
+    Examples
+    --------
+    >>> solver_table()["greedy"]
+    'remat_cli.solvers.greedy:Greedy'
+    """
     table = {}
     for name, entry in BUILTIN.items():
         if _exists(entry.path.partition(":")[0]):  # solvers still being written are absent
@@ -151,11 +212,47 @@ def solver_table() -> dict[str, str]:
 
 
 def names() -> list[str]:
+    """The registered solver names: the built-ins present, then those of entry points.
+
+    Imports no solver module.
+
+    Returns
+    -------
+    list of str
+        The names, built-ins in :data:`BUILTIN`'s order.
+
+    Examples
+    --------
+    >>> {"greedy", "checkmate", "fastsa"} <= set(names())
+    True
+    """
     return list(solver_table())
 
 
 def get(name: str) -> Solver:
-    """An instance of solver `name`; this is where its module is imported."""
+    """An instance of solver `name`; this is where its module is imported.
+
+    Parameters
+    ----------
+    name : str
+        A registry name (:func:`names`).
+
+    Returns
+    -------
+    Solver
+        A new instance.
+
+    Raises
+    ------
+    UnknownSolver
+        `name` is not registered.
+
+    Examples
+    --------
+    >>> solver = get("chen-greedy")
+    >>> type(solver).__name__, solver.exact
+    ('ChenGreedy', False)
+    """
     table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
@@ -163,7 +260,28 @@ def get(name: str) -> Solver:
 
 
 def info(name: str) -> Entry:
-    """The facts `remat solvers` lists; imports nothing for a built-in."""
+    """The facts ``remat solvers`` lists; imports nothing for a built-in.
+
+    Parameters
+    ----------
+    name : str
+        A registry name (:func:`names`).
+
+    Returns
+    -------
+    Entry
+        The built-in's row of :data:`BUILTIN`, or an entry point's facts read from its class.
+
+    Raises
+    ------
+    UnknownSolver
+        `name` is not registered.
+
+    Examples
+    --------
+    >>> info("fastsa").requires
+    ('numba',)
+    """
     table = solver_table()
     if name not in table:
         raise UnknownSolver(f"unknown solver {name!r} (known: {', '.join(table)})")
@@ -175,7 +293,28 @@ def info(name: str) -> Entry:
 
 
 def missing_engines(name: str) -> list[str]:
-    """The packages of :attr:`Entry.requires` that are not installed (checked without importing)."""
+    """The packages of :attr:`Entry.requires` that are not installed, checked without importing.
+
+    Parameters
+    ----------
+    name : str
+        A registry name (:func:`names`).
+
+    Returns
+    -------
+    list of str
+        The missing packages; empty when every engine is installed.
+
+    Raises
+    ------
+    UnknownSolver
+        `name` is not registered.
+
+    Examples
+    --------
+    >>> missing_engines("checkpoint-all")
+    []
+    """
     return [m for m in info(name).requires if not _exists(m)]
 
 
@@ -184,10 +323,37 @@ def call_solver(
 ) -> SolverResult | None:
     """Run solver `name` on behalf of another (a warm start, a leaf of a hierarchy).
 
-    None when it is not registered, its engine is unavailable or it does not apply to `graph`:
-    such helpers are optional and skipped without a word. Any other failure is a bug in the
-    helper: it also gives None, but is appended to `notes`, which the caller puts into its
-    result's message, so it never disappears silently.
+    Parameters
+    ----------
+    name : str
+        The helper's registry name.
+    graph : Graph
+        The graph (or the part of it) the helper solves.
+    budget : int
+        Bytes.
+    options : SolveOptions
+        The helper's options; its ``params`` are resolved against the helper's own.
+    notes : list of str
+        Where a helper's failure is appended, for the caller to put into its result's message,
+        so it never disappears silently.
+
+    Returns
+    -------
+    SolverResult or None
+        The helper's result; None when it is not registered, its engine is unavailable or it
+        does not apply to `graph` (such helpers are optional and skipped without a word), and
+        None when it raised (a bug in the helper, recorded in `notes`).
+
+    Examples
+    --------
+    >>> from remat_cli.importers import generators
+    >>> from remat_cli.solver import SolveOptions
+    >>> notes = []
+    >>> result = call_solver("chen-greedy", generators.linear(5, seed=1), 28_800, SolveOptions(), notes)
+    >>> result.status, notes
+    ('feasible', [])
+    >>> call_solver("simplex", generators.linear(5, seed=1), 28_800, SolveOptions(), notes) is None
+    True
     """
     try:
         solver = get(name)
@@ -203,9 +369,27 @@ def call_solver(
 
 
 def numba_cache_cold(name: str) -> bool:
-    """Whether solver `name` needs numba and its modules have no numba cache yet beside them, so
-    that importing it compiles its kernels first (about a minute). Known without importing the
-    solver; False whenever it cannot tell (NUMBA_CACHE_DIR set, a read-only install)."""
+    """Whether importing solver `name` compiles numba kernels first (about a minute).
+
+    True when the solver needs numba and its modules have no numba cache yet beside them. Known
+    without importing the solver, so the CLI can say why the first solve waits.
+
+    Parameters
+    ----------
+    name : str
+        A registry name.
+
+    Returns
+    -------
+    bool
+        False whenever it cannot tell (an entry point, NUMBA_CACHE_DIR set, a read-only
+        install).
+
+    Examples
+    --------
+    >>> numba_cache_cold("checkmate")  # no numba kernels
+    False
+    """
     entry = BUILTIN.get(name)
     if entry is None or "numba" not in entry.requires or os.environ.get("NUMBA_CACHE_DIR"):
         return False
@@ -226,9 +410,12 @@ def numba_cache_cold(name: str) -> bool:
 
 
 def _numba_cache_of_a_module(index: Path) -> bool:
-    """Whether numba's cache index ``<dir>/__pycache__/<module>.<function>-<line>.py<XY>.nbi`` is
-    for this Python and a module that exists now, ``<dir>/<module>.py`` (not one left behind by a
-    module since moved, e.g. the fastsa kernel before it became a package)."""
+    """Whether a numba cache index is for this Python and a module that exists now.
+
+    The index is ``<dir>/__pycache__/<module>.<function>-<line>.py<XY>.nbi``; its module is
+    ``<dir>/<module>.py`` (not one left behind by a module since moved, e.g. the fastsa kernel
+    before it became a package).
+    """
     module, _, rest = index.name.partition(".")
     tag = f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
     return rest.endswith(tag + ".nbi") and (index.parent.parent / f"{module}.py").is_file()

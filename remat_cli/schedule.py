@@ -67,6 +67,32 @@ class GraphRef(BaseModel):
     sha256: str
 
 
+class TracePoint(BaseModel):
+    """One improving incumbent."""
+
+    seconds: float = Field(description="since the time limit's clock started")
+    peak_memory: int
+    cost: float
+    overhead: float = Field(description="cost / baseline cost - 1")
+    method: str | None = Field(
+        default=None, description="the solver (a portfolio: the lane's solver) that found it"
+    )
+
+
+class SolveTrace(BaseModel):
+    """A solve's improving incumbents, in the order they came."""
+
+    first_within_budget: float | None = Field(
+        default=None,
+        description="seconds from the time limit's start to the first schedule within the budget",
+    )
+    solver_started: float | None = Field(
+        default=None,
+        description="seconds from the time limit's start to the solver's (reading the graph and starting up before it)",
+    )
+    incumbents: list[TracePoint] = Field(default_factory=list)
+
+
 class SolverInfo(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -79,6 +105,10 @@ class SolverInfo(BaseModel):
     gap: float | None = Field(default=None, description="(objective - lower_bound) / objective")
     params: dict[str, Any] = Field(default_factory=dict)
     message: str | None = None
+    trace: SolveTrace | None = Field(
+        default=None,
+        description="`remat solve`: each improving incumbent, and when the first within budget came",
+    )
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:

@@ -1,6 +1,7 @@
-"""The contract every solver meets, shipped with the package (as scikit-learn ships
-``utils/estimator_checks.py``), so an out-of-tree solver registered by entry point runs the same
-checks as the built-ins::
+"""The contract every solver meets, shipped with the package.
+
+As scikit-learn ships ``utils/estimator_checks.py``, so that an out-of-tree solver registered by
+entry point runs the same checks as the built-ins::
 
     from remat_cli.testing import parametrize_with_checks
 
@@ -19,6 +20,11 @@ the comparison with :func:`brute_force_min_cost` on tiny graphs, ``Solver.warm_s
 "never worse than its --hint" check, and ``Solver.supports(graph)`` picks the graphs.
 
 Only :func:`parametrize_with_checks` needs pytest; it is imported there, not here.
+
+Examples
+--------
+>>> from remat_cli.testing import check_solver
+>>> check_solver("checkpoint-all")  # every applicable check passes: nothing raised
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ from remat_cli.importers import generators as G
 from remat_cli.schedule import ScheduleError, SimResult, baseline, peak_lower_bound, simulate
 from remat_cli.solver import OptionError, SolveOptions, Solver, SolverResult
 
-#: seconds given to each solve, and what a solve may take beyond it (model building, decoding)
-TIME_LIMIT = 3.0
+#: seconds given to each solve (half of it with an option at an extreme), and what a solve may take
+#: beyond it (model building, decoding). The graphs are small: what is checked is what a solver
+#: claims about the schedule it returns, not how good the schedule is.
+TIME_LIMIT = 1.0
 SLACK = 4.0
 FRACTIONS = (1.0, 0.8, 0.6)
 TOLERANCE = 1e-6  # relative, on costs
@@ -49,7 +57,18 @@ Check = Callable[[Solver], None]
 
 @cache
 def contract_graphs() -> dict[str, Graph]:
-    """Small generated graphs of every family: a chain, a random DAG, long skips, a transformer."""
+    """Small generated graphs of every family: a chain, a random DAG, long skips, a transformer.
+
+    Returns
+    -------
+    dict of str to Graph
+        ``"linear"``, ``"layered"``, ``"unet"`` and ``"transformer"``; built once and cached.
+
+    Examples
+    --------
+    >>> sorted(contract_graphs())
+    ['layered', 'linear', 'transformer', 'unet']
+    """
     return {
         "linear": G.linear(5, seed=1),
         "layered": G.random_layered(24, seed=2),
@@ -59,8 +78,29 @@ def contract_graphs() -> dict[str, Graph]:
 
 
 def tiny_graph(n: int, seed: int) -> Graph:
-    """A random DAG of n single-output nodes with parameters, workspaces, a non-recomputable node
-    now and then and sometimes a second graph output: small enough for the brute force."""
+    """A random DAG of single-output nodes, small enough for :func:`brute_force_min_cost`.
+
+    With parameters, workspaces, a non-recomputable node now and then and sometimes a second
+    graph output.
+
+    Parameters
+    ----------
+    n : int
+        The number of nodes (up to ~8 for the brute force).
+    seed : int
+        The seed: the same seed gives the same graph.
+
+    Returns
+    -------
+    Graph
+        Named ``tiny<seed>``.
+
+    Examples
+    --------
+    >>> g = tiny_graph(8, seed=0)
+    >>> g.name, len(g.nodes), all(len(n.outputs) == 1 for n in g.nodes)
+    ('tiny0', 8, True)
+    """
     rng = random.Random(seed)
     values = [Value(id="x", size=rng.randint(1, 4), role="input")]
     nodes = []
@@ -88,18 +128,73 @@ def tiny_graph(n: int, seed: int) -> Graph:
 
 @cache
 def tiny_graphs() -> tuple[Graph, ...]:
-    """A chain and random DAGs; seeds 0 and 95 (8 nodes) have budgets where the greedy heuristic
-    misses the optimum, so a heuristic that claims "optimal" fails the exact check."""
+    """The graphs of the exact check: a chain and random DAGs (:func:`tiny_graph`).
+
+    Seeds 0 and 95 (8 nodes) have budgets where the greedy heuristic misses the optimum, so a
+    heuristic that claims "optimal" fails the exact check.
+
+    Returns
+    -------
+    tuple of Graph
+        Built once and cached.
+
+    Examples
+    --------
+    >>> [g.name for g in tiny_graphs()]
+    ['linear_n3_s5', 'tiny0', 'tiny95', 'tiny1', 'tiny2']
+    """
     return (G.linear(3, seed=5), tiny_graph(8, 0), tiny_graph(8, 95), tiny_graph(5, 1), tiny_graph(6, 2))
 
 
 def budget_for(graph: Graph, fraction: float) -> int:
-    """`fraction` of the baseline peak, raised to the lower bound no schedule goes below."""
+    """A budget: `fraction` of the baseline peak, raised to the lower bound no schedule goes below.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    fraction : float
+        Of the peak without rematerialization.
+
+    Returns
+    -------
+    int
+        Bytes.
+
+    Examples
+    --------
+    >>> from remat_cli.importers import generators
+    >>> g = generators.linear(5, seed=1)  # peak 36,000 B, lower bound 23,000 B
+    >>> budget_for(g, 0.8), budget_for(g, 0.1)
+    (28800, 23000)
+    """
     return max(int(fraction * baseline(graph).peak_memory), peak_lower_bound(graph))
 
 
 def tiny_budgets(graph: Graph) -> list[int]:
-    """Every budget from the lower bound to the baseline peak when there are few, else five."""
+    """The budgets of the exact check, from the lower bound to the baseline peak.
+
+    Every one of them when there are few, else five (both ends, one above the bound, the middle,
+    one below the peak).
+
+    Parameters
+    ----------
+    graph : Graph
+        A tiny graph.
+
+    Returns
+    -------
+    list of int
+        Bytes, ascending.
+
+    Examples
+    --------
+    >>> tiny_budgets(tiny_graph(8, seed=0))
+    [22, 23, 24, 25]
+    >>> from remat_cli.importers import generators
+    >>> tiny_budgets(generators.linear(3, seed=5))
+    [16000, 16001, 17502, 19003, 19004]
+    """
     lo, hi = peak_lower_bound(graph), baseline(graph).peak_memory
     if hi - lo <= 8:
         return list(range(lo, hi + 1))
@@ -122,7 +217,9 @@ def _check_claims(
     check: str, graph: Graph, budget: int, result: SolverResult, minimises: str = "cost"
 ) -> SimResult | None:
     """What the solver claims agrees with the simulator; returns the simulation of its steps.
-    `minimises` is the solver's objective: "cost" (compute) or "memory" (its footprint)."""
+
+    `minimises` is the solver's objective: "cost" (compute) or "memory" (its footprint).
+    """
     where = f"{graph.name} at budget {budget:,}"
     if result.status not in ("optimal", "feasible", "infeasible", "unknown", "error"):
         raise _fail(check, f"{where}: unknown status {result.status!r}")
@@ -172,7 +269,23 @@ def _graphs(solver: Solver, check: str, graphs: Iterable[Graph]) -> Iterator[Gra
 
 # ---- the checks ----
 def check_describes_itself(solver: Solver) -> None:
-    """name, method and paper set; parameter names unique."""
+    """The solver's name, method and paper are set; its parameter names are unique.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test, as for every ``check_*`` function.
+
+    Raises
+    ------
+    AssertionError
+        Its message starts with the check's name, as for every ``check_*`` function.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_describes_itself(registry.get("greedy"))
+    """
     if not (solver.name and solver.method and solver.paper):
         raise _fail("check_describes_itself", "name, method and paper must be set")
     names = [p.name for p in solver.params]
@@ -181,7 +294,23 @@ def check_describes_itself(solver: Solver) -> None:
 
 
 def check_registry_entry(solver: Solver) -> None:
-    """The registry's table (what `remat solvers` lists without importing) matches the class."""
+    """The registry's table (what ``remat solvers`` lists without importing) matches the class.
+
+    Parameters
+    ----------
+    solver : Solver
+        A built-in (an out-of-tree solver has no row to drift from and passes).
+
+    Raises
+    ------
+    AssertionError
+        The row's path, method, paper or exactness differs from the class's.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_registry_entry(registry.get("checkmate"))
+    """
     entry = registry.BUILTIN.get(solver.name)
     if entry is None:
         return  # an out-of-tree solver: the registry reads its class
@@ -194,7 +323,24 @@ def check_registry_entry(solver: Solver) -> None:
 
 
 def check_param_defaults(solver: Solver) -> None:
-    """Each declared default has the declared type and is one of the declared choices."""
+    """Each declared default has the declared type and is one of the declared choices.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        A type other than int, float, str or bool, a default its own :meth:`Param.check
+        <remat_cli.solver.Param.check>` refuses, or ``resolve()`` not filling in every option.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_param_defaults(registry.get("greedy"))
+    """
     for p in solver.params:
         if p.type not in (int, float, str, bool):
             raise _fail("check_param_defaults", f"{p.name}: type {p.type} is not int, float, str or bool")
@@ -208,8 +354,31 @@ def check_param_defaults(solver: Solver) -> None:
 
 
 def check_param_bounds(solver: Solver) -> None:
-    """Every int or float option declares its range (low/high) with the default inside, and a value
-    outside it (or NaN) is refused as an option error (exit 2) before the solver runs."""
+    """Every int or float option declares its range, the default inside, and refuses values outside.
+
+    A value outside the range (or NaN) is an option error (exit 2) before the solver runs.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        An option without ``low``/``high``, a default outside them, or a value outside accepted.
+
+    Examples
+    --------
+    >>> from remat_cli.solver import Param
+    >>> from remat_cli import registry
+    >>> solver = registry.get("checkpoint-all")
+    >>> solver.params = (Param("rounds", int, 3, "rounds"),)  # no range declared
+    >>> check_param_bounds(solver)
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_param_bounds: rounds: declare low <= default <= high (got None, 3, None)
+    """
     name = "check_param_bounds"
     for p in solver.params:
         if p.type not in (int, float):
@@ -228,8 +397,26 @@ def check_param_bounds(solver: Solver) -> None:
 
 
 def check_param_extremes(solver: Solver) -> None:
-    """The solver runs, and keeps its claims honest, with each int or float option at its lowest
-    and at its highest allowed value (the others at their defaults), on a small graph."""
+    """The solver runs and keeps its claims honest with each number option at either end of its range.
+
+    Each int or float option at its lowest and at its highest allowed value (the others at their
+    defaults), on a small graph.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test; each run has half of :data:`TIME_LIMIT`.
+
+    Raises
+    ------
+    AssertionError
+        A run raised (its exception is the message) or its claims disagree with the simulator.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_param_extremes(registry.get("checkpoint-all"))  # no options: nothing to run
+    """
     name = "check_param_extremes"
     g = next(_graphs(solver, name, [contract_graphs()["layered"], *contract_graphs().values()]))
     budget = budget_for(g, 0.8)
@@ -239,7 +426,9 @@ def check_param_extremes(solver: Solver) -> None:
         for value in (p.low, p.high):
             params = {p.name: p.type(value)}
             try:
-                result, _ = _run(solver, g, budget, time_limit=1.0, seed=0, workers=1, params=params)
+                result, _ = _run(
+                    solver, g, budget, time_limit=TIME_LIMIT / 2, seed=0, workers=1, params=params
+                )
             except Exception as e:  # noqa: BLE001 - any exception is the finding
                 raise _fail(
                     name, f"--{p.name.replace('_', '-')} {value:g}: {type(e).__name__}: {e}"
@@ -248,17 +437,47 @@ def check_param_extremes(solver: Solver) -> None:
 
 
 def check_valid_within_budget(solver: Solver) -> None:
-    """Every schedule simulates; "optimal"/"feasible" means within budget; "infeasible" is honest;
-    the objective, bound and best_peak agree with the simulator; at the baseline peak a schedule
-    is found."""
+    """Every claim of a solve agrees with the simulator, and at the baseline peak a schedule is found.
+
+    Every schedule simulates; "optimal"/"feasible" means within budget; "infeasible" is honest;
+    the objective, bound and best_peak agree with the simulator. On each contract graph at 100%,
+    80% and 60% of its baseline peak.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test, given :data:`TIME_LIMIT` seconds a solve.
+
+    Raises
+    ------
+    AssertionError
+        The first claim that the simulator contradicts, with the graph and the budget.
+
+    Examples
+    --------
+    A solver that says "feasible" whatever the budget:
+
+    >>> from remat_cli.schedule import baseline_steps
+    >>> from remat_cli.solver import Solver, SolverResult
+    >>> class Boastful(Solver):
+    ...     name, method, paper = "boastful", "the baseline, always 'feasible'", "-"
+    ...     def solve(self, graph, budget, options):
+    ...         return SolverResult(steps=baseline_steps(graph), status="feasible")
+    >>> check_valid_within_budget(Boastful())
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_valid_within_budget: linear_n5_s1 at budget 28,800: 'feasible' but the ...
+    """
     name = "check_valid_within_budget"
     for g in _graphs(solver, name, contract_graphs().values()):
         _check_fractions(solver, name, g, FRACTIONS)
 
 
 def _check_fractions(solver: Solver, name: str, g: Graph, fractions: Iterable[float]) -> None:
-    """At each fraction of the baseline peak the solver's claims hold (_check_claims), and at the
-    baseline peak itself it finds a schedule."""
+    """At each fraction of the baseline peak the solver's claims hold (_check_claims).
+
+    At the baseline peak itself it finds a schedule.
+    """
     for fraction in fractions:
         budget = budget_for(g, fraction)
         result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
@@ -268,9 +487,26 @@ def _check_fractions(solver: Solver, name: str, g: Graph, fractions: Iterable[fl
 
 
 def check_costless_graph(solver: Solver) -> None:
-    """Costs of 0 are valid (a graph written without a cost model): on such a graph the claims
-    hold as on any other, at the baseline peak a schedule is found, and nothing divides by the
-    baseline's cost of 0 (hilp's message did: a ZeroDivisionError, exit 3)."""
+    """On a graph whose costs are all 0 the claims hold as on any other and nothing divides by 0.
+
+    Costs of 0 are valid (a graph written without a cost model); at the baseline peak a schedule
+    is found, and nothing divides by the baseline's cost of 0 (a ZeroDivisionError, exit 3).
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        A claim the simulator contradicts, or no schedule at the baseline peak.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_costless_graph(registry.get("chen-sqrtn"))
+    """
     name = "check_costless_graph"
     data = contract_graphs()["unet"].model_dump(by_alias=True, exclude_none=True)
     data["name"] = "unet_costless"
@@ -282,7 +518,25 @@ def check_costless_graph(solver: Solver) -> None:
 
 
 def check_time_limit(solver: Solver) -> None:
-    """A solve returns within --time-limit plus a fixed slack, on a graph too big to finish early."""
+    """A solve returns within ``--time-limit`` plus a fixed slack.
+
+    On a graph too big to finish early, with :data:`TIME_LIMIT` and :data:`SLACK` seconds.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        The solve took longer, or its claims disagree with the simulator.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_time_limit(registry.get("checkpoint-all"))
+    """
     name = "check_time_limit"
     limit = TIME_LIMIT
     for g in _graphs(solver, name, [G.random_layered(80, seed=5), *contract_graphs().values()]):
@@ -294,7 +548,33 @@ def check_time_limit(solver: Solver) -> None:
 
 
 def check_deterministic(solver: Solver) -> None:
-    """The same seed (one worker) gives the same status and steps, three runs on two graphs."""
+    """The same seed (one worker) gives the same status and steps, three runs on two graphs.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        Two of the three runs differ.
+
+    Examples
+    --------
+    A solver that keeps state from one solve to the next:
+
+    >>> from remat_cli.solver import Solver, SolverResult
+    >>> class Restless(Solver):
+    ...     name, method, paper, runs = "restless", "nothing, said two ways", "-", 0
+    ...     def solve(self, graph, budget, options):
+    ...         self.runs += 1
+    ...         return SolverResult(steps=None, status=("unknown", "infeasible")[self.runs % 2])
+    >>> check_deterministic(Restless())
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_deterministic: random_layered_n24_...: three runs with seed 7 differ
+    """
     name = "check_deterministic"
     graphs = contract_graphs()
     for g in list(_graphs(solver, name, [graphs["layered"], graphs["unet"]])):
@@ -305,7 +585,23 @@ def check_deterministic(solver: Solver) -> None:
 
 
 def check_options_not_mutated(solver: Solver) -> None:
-    """solve() leaves the options it is given (params, hint, limits) as they were."""
+    """``solve()`` leaves the options it is given (params, hint, limits) as they were.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        An option was changed.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_options_not_mutated(registry.get("chen-greedy"))
+    """
     name = "check_options_not_mutated"
     for g in _graphs(solver, name, contract_graphs().values()):
         budget = budget_for(g, 0.8)
@@ -318,7 +614,26 @@ def check_options_not_mutated(solver: Solver) -> None:
 
 
 def check_non_recomputable_run_once(solver: Solver) -> None:
-    """A node with ``recomputable=False`` is computed at most once."""
+    """A node with ``recomputable=False`` is computed at most once.
+
+    On a chain with one such node and the tiny graphs that have one, at 70% of the baseline
+    peak and the two lowest budgets of :func:`tiny_budgets`.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        Such a node ran twice, or a claim the simulator contradicts.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_non_recomputable_run_once(registry.get("chen-greedy"))
+    """
     name = "check_non_recomputable_run_once"
     chain = G.linear(8, seed=4)
     chain = Graph.model_validate(
@@ -336,8 +651,29 @@ def check_non_recomputable_run_once(solver: Solver) -> None:
 
 
 def check_hint_never_worse(solver: Solver) -> None:
-    """With a schedule within budget as --hint, the result costs no more than the hint (for
-    solvers that declare `warm_starts`)."""
+    """With a schedule within budget as ``--hint``, the result costs no more than the hint.
+
+    For solvers that declare ``warm_starts``; the hint is the solver's own first schedule at 80%
+    of the baseline peak.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test.
+
+    Raises
+    ------
+    AssertionError
+        The warm-started result costs more, or there was no schedule to use as a hint.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> check_hint_never_worse(registry.get("checkpoint-all"))  # it never fits 80%
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_hint_never_worse: no schedule within budget to use as a hint
+    """
     name = "check_hint_never_worse"
     for g in _graphs(solver, name, [contract_graphs()["unet"], *contract_graphs().values()]):
         budget = budget_for(g, 0.8)
@@ -345,7 +681,7 @@ def check_hint_never_worse(solver: Solver) -> None:
         sim = _check_claims(name, g, budget, first, solver.minimises)
         if sim is None or sim.peak_memory > budget:
             continue
-        again, _ = _run(solver, g, budget, time_limit=1.0, seed=2, workers=1, hint=first.steps)
+        again, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=2, workers=1, hint=first.steps)
         sim2 = _check_claims(name, g, budget, again, solver.minimises)
         if sim2 is None or sim2.peak_memory > budget or sim2.cost > sim.cost * (1 + TOLERANCE):
             got = "nothing within budget" if sim2 is None or sim2.peak_memory > budget else sim2.cost
@@ -355,9 +691,38 @@ def check_hint_never_worse(solver: Solver) -> None:
 
 
 def check_exact_matches_brute_force(solver: Solver) -> None:
-    """For an `exact` solver: "optimal" is a proof — on tiny graphs (single-output nodes) its cost
-    equals the exhaustive optimum of the fixed-order stage space, a schedule is found wherever
-    that space has one, and "optimal" is never claimed where it has none. `exact_params` set the options under which its space is that space."""
+    """For an ``exact`` solver, "optimal" is a proof: checked against :func:`brute_force_min_cost`.
+
+    On tiny graphs (single-output nodes) its cost equals the exhaustive optimum of the
+    fixed-order stage space, a schedule is found wherever that space has one, and "optimal" is
+    never claimed where it has none. ``exact_params`` set the options under which its space is
+    that space.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver under test, given 30 s a solve.
+
+    Raises
+    ------
+    AssertionError
+        A claim of "optimal" that brute force contradicts, or a missed schedule.
+
+    Examples
+    --------
+    A solver that calls the baseline optimal:
+
+    >>> from remat_cli.schedule import baseline_steps
+    >>> from remat_cli.solver import Solver, SolverResult
+    >>> class Proud(Solver):
+    ...     name, method, paper, exact = "proud", "the baseline, 'optimal'", "-", True
+    ...     def solve(self, graph, budget, options):
+    ...         return SolverResult(steps=baseline_steps(graph), status="optimal")
+    >>> check_exact_matches_brute_force(Proud())
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_exact_matches_brute_force: linear_n3_s5 at budget 16,000: 'optimal' but ...
+    """
     name = "check_exact_matches_brute_force"
     for g in _graphs(solver, name, tiny_graphs()):
         for budget in tiny_budgets(g):
@@ -378,7 +743,29 @@ def check_exact_matches_brute_force(solver: Solver) -> None:
 
 
 def all_checks(solver: Solver) -> list[Check]:
-    """The checks that apply to `solver`, by its capability flags."""
+    """The checks that apply to `solver`, by its capability flags.
+
+    ``warm_starts`` adds :func:`check_hint_never_worse`; ``exact`` (with a cost objective) adds
+    :func:`check_exact_matches_brute_force`.
+
+    Parameters
+    ----------
+    solver : Solver
+        The solver.
+
+    Returns
+    -------
+    list of callable
+        The ``check_*`` functions, in the order they run.
+
+    Examples
+    --------
+    >>> from remat_cli import registry
+    >>> len(all_checks(registry.get("checkpoint-all")))
+    11
+    >>> [c.__name__ for c in all_checks(registry.get("checkmate"))][-2:]
+    ['check_hint_never_worse', 'check_exact_matches_brute_force']
+    """
     checks: list[Check] = [
         check_describes_itself,
         check_registry_entry,
@@ -404,26 +791,67 @@ def _instance(solver: Solver | str) -> Solver:
 
 
 def check_solver(solver: Solver | str) -> None:
-    """Run every applicable check; the first failure raises, named by its check."""
+    """Run every applicable check (:func:`all_checks`) without pytest.
+
+    Parameters
+    ----------
+    solver : Solver or str
+        An instance, or a registry name.
+
+    Raises
+    ------
+    AssertionError
+        The first failure, its message starting with its check's name.
+
+    Examples
+    --------
+    >>> check_solver("checkpoint-all")
+    """
     s = _instance(solver)
     for check in all_checks(s):
         check(s)
 
 
-def parametrize_with_checks(solvers: Iterable[Solver | str]) -> Any:
-    """A ``pytest.mark.parametrize("solver, check", ...)`` over every (solver, applicable check),
-    with ids ``NAME-check_name``."""
+def parametrize_with_checks(
+    solvers: Iterable[Solver | str], marks: Callable[[Solver, Check], Iterable[Any]] | None = None
+) -> Any:
+    """A pytest mark that parametrizes a test over every (solver, applicable check).
+
+    Parameters
+    ----------
+    solvers : iterable of Solver or str
+        Instances, or registry names.
+    marks : callable, optional
+        ``marks(solver, check)`` gives the pytest marks of that case (e.g. ``[pytest.mark.slow]``
+        for a solver that searches until its time limit), so a fast tier can leave it out.
+
+    Returns
+    -------
+    pytest.MarkDecorator
+        ``pytest.mark.parametrize("solver, check", ...)`` with ids ``NAME-check_name``.
+
+    Examples
+    --------
+    >>> mark = parametrize_with_checks(["checkpoint-all"])
+    >>> [case.id for case in mark.args[1]][:2]
+    ['checkpoint-all-check_describes_itself', 'checkpoint-all-check_registry_entry']
+    """
     import pytest
 
-    cases = [(s, c) for s in map(_instance, solvers) for c in all_checks(s)]
-    return pytest.mark.parametrize("solver, check", cases, ids=[f"{s.name}-{c.__name__}" for s, c in cases])
+    cases = [
+        pytest.param(s, c, id=f"{s.name}-{c.__name__}", marks=list(marks(s, c)) if marks else ())
+        for s in map(_instance, solvers)
+        for c in all_checks(s)
+    ]
+    return pytest.mark.parametrize("solver, check", cases)
 
 
 # ---- the exhaustive reference of the exact checks ----
 def brute_force_min_cost(graph: Graph, budget: int) -> float | None:
-    """The least total cost of any schedule of the fixed-order stage space within `budget`, or
-    None when there is none, by Dijkstra's algorithm over explicit memory states; it shares no
-    code with the solvers. Use it on graphs of up to ~8 nodes.
+    """The least cost of any schedule of the fixed-order stage space within `budget`, by brute force.
+
+    None when there is none. Dijkstra's algorithm over explicit memory states; it shares no code
+    with the solvers. Use it on graphs of up to ~8 nodes.
 
     The space, precisely. Let n_0 … n_{T−1} be the nodes some graph output needs, in the graph's
     `order`. A schedule is T stages; stage t visits positions 0 … t in increasing order and at
@@ -439,6 +867,24 @@ def brute_force_min_cost(graph: Graph, budget: int) -> float | None:
     This works on values, not on the per-node blocks of ``Graph.node_view``: for graphs whose
     nodes have one output each the two coincide, so a per-node-block MILP (Checkmate, Moccasin)
     must reach exactly this optimum there; with multi-output nodes this optimum can only be lower.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph of up to ~8 nodes (the states grow as 2 to the number of values).
+    budget : int
+        Bytes.
+
+    Returns
+    -------
+    float or None
+        The least total cost, or None when no schedule of the space fits.
+
+    Examples
+    --------
+    >>> g = tiny_graph(8, seed=0)
+    >>> [brute_force_min_cost(g, b) for b in tiny_budgets(g)]
+    [None, 39.0, 34.0, 25.0]
     """
     order = graph.needed_order
     nodes = [graph.node_map[n] for n in order]

@@ -28,6 +28,7 @@ def budget(g: Graph, fraction: float) -> int:
     return max(int(fraction * baseline(g).peak_memory), peak_lower_bound(g))
 
 
+@pytest.mark.slow
 def test_auto_is_the_default_of_remat_solve(tmp_path: Path) -> None:
     p = tmp_path / "g.json"
     p.write_text(LAYERED.to_json())
@@ -49,6 +50,7 @@ def test_auto_is_the_default_of_remat_solve(tmp_path: Path) -> None:
     assert s["summary"]["peak_memory"] <= budget(LAYERED, 0.95)
 
 
+@pytest.mark.slow
 def test_auto_in_two_processes_is_no_worse_than_its_warm_start() -> None:
     g, b = LAYERED, budget(LAYERED, 0.85)
     greedy, _ = run_solver(g, b, "greedy", SolveOptions(workers=1))
@@ -141,6 +143,7 @@ def test_one_process_runs_fastsa_first() -> None:
     assert result.params["lanes"] == [auto.one_lane(auto.portfolio(g))]
 
 
+@pytest.mark.slow
 def test_hilp_after_fastsa_in_a_lane_starts_from_its_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     """In the fastsa-then-hilp lane hilp's flat start is fastsa's schedule, handed over as the
     hint, not a second fastsa run from scratch in the time fastsa left (mixer_b16 at 50%, 60 s:

@@ -215,6 +215,7 @@ def test_baseline_is_a_feasible_warm_start_and_decodes_to_itself() -> None:
     assert simulate(g, steps_from_S(st, S2)).peak_memory == budget
 
 
+@pytest.mark.slow
 def test_infeasible_budget_reports_lowest_peak() -> None:
     # budgets at or above the lower bound where the stage space has no schedule (brute force):
     # the MILP says infeasible and reports a lowest peak that is over the budget yet real, unless
@@ -296,6 +297,7 @@ def test_pdlp_relaxation_bound_is_valid(name: str, g: Graph) -> None:
             assert sched.summary.cost >= ref - 1e-9
 
 
+@pytest.mark.slow
 def test_repair_brings_an_over_budget_rounding_within_the_budget() -> None:
     # a budget where every rounding of the LP point misses (the paper's procedure alone reports
     # infeasible); the greedy repair of the nearest one fits
@@ -313,6 +315,7 @@ def test_repair_brings_an_over_budget_rounding_within_the_budget() -> None:
     assert res.lower_bound is not None and res.lower_bound <= sched.summary.cost + 1e-9
 
 
+@pytest.mark.slow
 def test_no_model_is_built_once_the_warm_starts_used_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model's build and warm start are not clocked: with the limit spent by the warm starts
     (greedy with one worker runs to its end) the solve stops before building it, and a warm

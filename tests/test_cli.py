@@ -42,6 +42,7 @@ def broken(tmp_path: Path, mutate) -> Path:  # noqa: ANN001
     return p
 
 
+@pytest.mark.slow
 def test_solve_pipes_json_and_validates(graph_file: Path, tmp_path: Path) -> None:
     proc = remat("solve", graph_file, "--budget", "100%", "--solver", "checkpoint-all")
     assert proc.returncode == 0, proc.stderr
@@ -55,6 +56,7 @@ def test_solve_pipes_json_and_validates(graph_file: Path, tmp_path: Path) -> Non
     assert over.returncode == 1
 
 
+@pytest.mark.slow
 def test_validate_rejects_a_schedule_for_another_graph(graph_file: Path, tmp_path: Path) -> None:
     proc = remat("solve", graph_file, "--budget", "100%", "--solver", "checkpoint-all")
     other = tmp_path / "other.json"
@@ -65,12 +67,14 @@ def test_validate_rejects_a_schedule_for_another_graph(graph_file: Path, tmp_pat
     assert res.returncode == 1 and json.loads(res.stdout)["graph_matches"] is False
 
 
+@pytest.mark.slow
 def test_info_json(graph_file: Path) -> None:
     proc = remat("info", graph_file, "--json")
     facts = json.loads(proc.stdout)
     assert facts["nodes"] == 13 and facts["peak_lower_bound"] <= facts["baseline_peak_memory"]
 
 
+@pytest.mark.slow
 def test_convert_and_generate(tmp_path: Path) -> None:
     g = tmp_path / "u.json"
     assert remat("generate", "unet", "--depth", "2", "-o", g).returncode == 0
@@ -80,6 +84,7 @@ def test_convert_and_generate(tmp_path: Path) -> None:
     assert again.stdout.strip() == g.read_text().strip()  # deterministic by seed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
@@ -95,24 +100,28 @@ def test_bad_graphs(tmp_path: Path, mutate, fragment: str) -> None:  # noqa: ANN
     )
 
 
+@pytest.mark.slow
 def test_corrupt_onnx(tmp_path: Path) -> None:
     p = tmp_path / "model.onnx"
     p.write_bytes(b"\x08\x07garbage\xff\xfe not a protobuf")
     assert_bad_input(remat("info", p), "is not an ONNX model (protobuf parse failed)")
 
 
+@pytest.mark.slow
 def test_unknown_solver(graph_file: Path) -> None:
     assert_bad_input(
         remat("solve", graph_file, "--budget", "90%", "--solver", "nope"), "unknown solver 'nope'"
     )
 
 
+@pytest.mark.slow
 def test_unparsable_budget(graph_file: Path) -> None:
     assert_bad_input(
         remat("solve", graph_file, "--budget", "lots", "-s", "checkpoint-all"), "cannot parse budget"
     )
 
 
+@pytest.mark.slow
 def test_budget_below_any_schedule(graph_file: Path) -> None:
     assert_bad_input(
         remat("solve", graph_file, "--budget", "10", "-s", "checkpoint-all"),
@@ -120,15 +129,18 @@ def test_budget_below_any_schedule(graph_file: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_unknown_solver_option(graph_file: Path) -> None:
     proc = remat("solve", graph_file, "--budget", "90%", "--solver", "checkpoint-all", "--frobnicate", "3")
     assert_bad_input(proc, "unknown option '--frobnicate'")
 
 
+@pytest.mark.slow
 def test_missing_file() -> None:
     assert_bad_input(remat("info", "/nonexistent/graph.json"), "cannot read")
 
 
+@pytest.mark.slow
 def test_failed_run_keeps_existing_output(graph_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "keep.json"
     out.write_text("precious")
@@ -137,6 +149,7 @@ def test_failed_run_keeps_existing_output(graph_file: Path, tmp_path: Path) -> N
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".keep")]
 
 
+@pytest.mark.slow
 def test_solvers_lists_registry() -> None:
     proc = remat("solvers", "--json")
     rows = json.loads(proc.stdout)
@@ -144,6 +157,7 @@ def test_solvers_lists_registry() -> None:
     assert all(r["status"] in ("available", "missing engine", "licence-limited") for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["solvers"]])
 def test_help_and_listing_import_no_solver(args: list[str]) -> None:
     # the registry's table describes the built-ins: listing them must not pay for numba/OR-Tools
@@ -159,6 +173,7 @@ def test_help_and_listing_import_no_solver(args: list[str]) -> None:
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_compare_runs_each_solver(graph_file: Path) -> None:
     proc = remat(
         "compare",
@@ -176,6 +191,7 @@ def test_compare_runs_each_solver(graph_file: Path) -> None:
     assert rows[0]["solver"] == "checkpoint-all" and rows[0]["peak_fraction"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_compare_says_how_far_off_the_budget_a_solver_stayed(graph_file: Path) -> None:
     """A row with no schedule within budget still tells how close its solver came: the lowest
     peak its schedules reached (checkpoint-all keeps every activation of the 6-node chain)."""
@@ -219,6 +235,7 @@ def reader_gone(stream: str, *args: str | Path) -> subprocess.CompletedProcess[s
         os.close(write_end)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["greedy", "fastsa"])
 def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path: Path, solver: str) -> None:
     """Human output is a courtesy: `remat solve ... -o s.json 2>&1 | head -1` once exited 1 with
@@ -232,6 +249,7 @@ def test_a_reader_gone_from_stderr_costs_no_schedule(graph_file: Path, tmp_path:
     assert schedule["summary"]["peak_memory"] <= schedule["budget"]
 
 
+@pytest.mark.slow
 def test_an_output_that_is_no_regular_file_is_written_in_place(graph_file: Path, tmp_path: Path) -> None:
     """`-o /dev/stdout`, `-o /dev/null`, `-o >(jq .)`: the atomic rename replaced the device node
     itself (run as root, `-o /dev/null` left a regular file at /dev/null). A FIFO stands in for
@@ -250,6 +268,7 @@ def test_an_output_that_is_no_regular_file_is_written_in_place(graph_file: Path,
     assert json.loads(received)["format"] == "remat-schedule"
 
 
+@pytest.mark.slow
 def test_an_output_through_a_symlink_replaces_its_target(graph_file: Path, tmp_path: Path) -> None:
     """The link stays a link (the rename once replaced it with a regular file); its target gets
     the schedule."""
@@ -264,6 +283,7 @@ def test_an_output_through_a_symlink_replaces_its_target(graph_file: Path, tmp_p
     assert json.loads(target.read_text())["format"] == "remat-schedule"
 
 
+@pytest.mark.slow
 def test_dash_reads_the_graph_and_the_schedule_from_stdin(graph_file: Path) -> None:
     """`-` as GRAPH or SCHEDULE is stdin, as `-o -` is stdout: `remat solve g | remat validate g -`."""
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
@@ -295,6 +315,7 @@ def test_dash_reads_the_graph_and_the_schedule_from_stdin(graph_file: Path) -> N
     assert_bad_input(empty, "stdin is empty")
 
 
+@pytest.mark.slow
 def test_a_reader_gone_from_stdout_ends_quietly(graph_file: Path) -> None:
     """`remat solve ... | remat validate g missing.json`: the reader quits at once, and the solve's
     write to stdout failed as 'internal error: BrokenPipeError', exit 3. Now exit 141 (as a

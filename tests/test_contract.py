@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 
@@ -25,7 +26,23 @@ AVAILABLE = [n for n in registry.names() if registry.get(n).availability()[0] ==
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
 
 
-@parametrize_with_checks(AVAILABLE)
+#: solvers that search until their time limit (or prove optimality budget by budget) on the
+#: contract graphs: their checks that solve are slow; the checks of what they declare are not
+SEARCHING = {"auto", "checkmate", "checkmate-lp", "fastsa", "hilp", "model", "moccasin", "xengine"}
+DECLARATIONS = {
+    "check_describes_itself",
+    "check_registry_entry",
+    "check_param_defaults",
+    "check_param_bounds",
+}
+
+
+def slow_checks(solver: Solver, check: Callable[[Solver], None]) -> list[pytest.MarkDecorator]:
+    """`slow` where a searching solver solves."""
+    return [pytest.mark.slow] if solver.name in SEARCHING and check.__name__ not in DECLARATIONS else []
+
+
+@parametrize_with_checks(AVAILABLE, marks=slow_checks)
 def test_contract(solver, check, request: pytest.FixtureRequest) -> None:  # noqa: ANN001
     reason = KNOWN_DEFECTS.get((solver.name, check.__name__))
     if reason is not None:

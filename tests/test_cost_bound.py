@@ -128,6 +128,7 @@ def random_training_chain(seed: int) -> Graph:
     return Graph(name=f"chain{seed}", values=values, nodes=g.nodes, outputs=g.outputs)
 
 
+@pytest.mark.slow
 def test_chain_bound_never_above_the_optimum_of_random_training_chains() -> None:
     """On 25 random training chains at every budget, the bound (and any chain's) stays at or
     below the free-order optimum, and the chain gives it on some of them (measured: 42 cells)."""
@@ -250,6 +251,7 @@ def test_too_many_nodes_or_too_little_time_give_the_trivial_bound(monkeypatch: p
         cost_bound.Instants(g, deadline=0.0)  # time.monotonic() is past it
 
 
+@pytest.mark.slow
 def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:
     """`remat info --budget` prints the bound as JSON on stdout; Checkmate's optimum meets it."""
     g, path = training_chain(), chain_file
@@ -267,6 +269,7 @@ def test_info_reports_the_bound_a_solver_meets(chain_file: Path) -> None:
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and bad.stdout == ""
 
 
+@pytest.mark.slow
 def test_solve_bound_proves_greedy_optimal_on_a_longer_chain(tmp_path: Path) -> None:
     """Six layers at 4 units: greedy's schedule costs the optimum (59), which only the chain
     bound reaches (the single instants: 21), so `--bound` proves it optimal; `info` names the
@@ -284,6 +287,7 @@ def test_solve_bound_proves_greedy_optimal_on_a_longer_chain(tmp_path: Path) -> 
     assert " -> ".join(facts["bound_instants"]) in shown
 
 
+@pytest.mark.slow
 def test_validate_bound_tells_optimal_from_not(chain_file: Path, tmp_path: Path) -> None:
     """`remat validate --bound`: Checkmate's schedule meets the bound (optimal); one that recomputes
     both f1 and f2 (8 units where 3 suffice) within the same budget does not."""
@@ -325,6 +329,7 @@ def test_with_cost_bound_proves_what_meets_it() -> None:
     assert worse.solver.gap == pytest.approx(5 / (base + 8))
 
 
+@pytest.mark.slow
 def test_solve_bound_keeps_stdout_json(chain_file: Path) -> None:
     g, path = training_chain(), chain_file
     proc = remat("solve", path, "--budget", str(baseline(g).peak_memory - 1), "--solver", "greedy", "--bound")
@@ -334,6 +339,7 @@ def test_solve_bound_keeps_stdout_json(chain_file: Path) -> None:
     assert "cut bound" in solver["message"]
 
 
+@pytest.mark.slow
 def test_compare_bound_marks_the_optimal_rows(chain_file: Path) -> None:
     g, path = training_chain(), chain_file
     budget = str(baseline(g).peak_memory - 1)

@@ -259,6 +259,7 @@ def test_numeric_solver_option_outside_its_range_is_bad_input(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path: Path) -> None:
     """AvgPool2d's backward (DenseNet's transitions) has no ONNX function in torch.onnx: it is
     decomposed into a transposed convolution, checked against torch autograd by the export; with
@@ -291,6 +292,7 @@ def test_export_torch_average_pooling_or_the_operator_it_cannot_export(tmp_path:
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
     """torch.onnx's export of F.affine_grid's training step fails onnx.checker (a shape of rank
     2 where 4 is inferred): that was an internal error (exit 3); it is one line, exit 2, no
@@ -322,6 +324,7 @@ def test_export_torch_an_invalid_export_is_one_line(tmp_path: Path) -> None:
         assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "factory_name",
     ["convnet", "convs", "resampling", "volumes", "bags", "bilinear", "rnn", "dropout", "two_inputs"],
@@ -447,6 +450,7 @@ def test_export_torch_common_layers_the_exporter_lacks(tmp_path: Path, factory_n
     from_onnx_file(out)  # remat imports it (EmbeddingBag's sequence did not)
 
 
+@pytest.mark.slow
 def test_export_torch_judges_float32_rounding_in_float64(tmp_path: Path) -> None:
     """A graph equal to the step in exact arithmetic whose float32 result is off torch's by
     5e-3 (one gradient passed through + 8192 - 8192, which rounds it to 2^-10 in float32) is

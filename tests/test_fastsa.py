@@ -148,6 +148,7 @@ def test_solve_within_budget_and_no_recompute(graph_name: str, no_recompute: boo
         assert sim.peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_non_recomputable_nodes_run_once() -> None:
     g0 = G.random_layered(30, seed=5)
     data = g0.model_dump()
@@ -166,6 +167,7 @@ def test_non_recomputable_nodes_run_once() -> None:
             assert counts[n.id] == 1
 
 
+@pytest.mark.slow
 def test_same_seed_same_schedule_other_seed_differs() -> None:
     g = G.random_layered(40, seed=6)
     budget = int(0.75 * baseline(g).peak_memory)
@@ -176,6 +178,7 @@ def test_same_seed_same_schedule_other_seed_differs() -> None:
     assert runs[0].steps != runs[2].steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph_name", ["layered", "unet"])
 def test_rotation_equals_add_then_remove(graph_name: str) -> None:
     """The in-place rotation (_move) leaves the same sequence, lists, peak and cost as the add and
@@ -347,6 +350,7 @@ def test_tight_budget_met_by_the_annealing_itself(layers: int) -> None:
     assert "recomputation chains" in (res.message or "")
 
 
+@pytest.mark.slow
 def test_a_rescue_start_within_budget_is_never_lost() -> None:
     """The kernel folds a node's outputs into one block (NodeView), so on ONNX graphs with
     multi-output operators it can see a schedule above the budget that the simulator finds
@@ -367,6 +371,7 @@ def test_a_rescue_start_within_budget_is_never_lost() -> None:
     assert simulate(g, s.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_the_second_stage_recomputes_in_chains() -> None:
     """torch_transformer_train at 70% meets its budget without the tight part, so before, only the
     single-node mutations ran: every seed's single round recomputed two attention MatMuls (seed 2:
@@ -453,6 +458,7 @@ def test_soft_peak_iterations_count_as_more_work() -> None:
     assert abs(stage1 - (tight_from + (n1 - tight_from) / SOFT_WORK)) <= 2
 
 
+@pytest.mark.slow
 def test_chains_side_by_side_keep_the_cheapest_seed() -> None:
     """Two workers run seeds s and s + 1 as two chains and keep the cheaper schedule: the one
     each seed gives alone, so never worse than one chain; --chains 1 is the single chain."""
@@ -505,6 +511,7 @@ def test_the_last_rescue_evicts_in_the_least_peak_order(monkeypatch: pytest.Monk
         assert all(at[producer[v]] < at[n] for v in g.node_map[n].inputs if v in producer), n
 
 
+@pytest.mark.slow
 def test_stage_twos_rescued_start_is_reported_at_once() -> None:
     """Stage 1 ends above the budget and stage 2 starts from greedy's schedule: that schedule is
     the first incumbent reported (a watchdog at a short limit keeps the last one; stage 2 reports
@@ -582,6 +589,7 @@ def test_a_first_stage_that_meets_the_budget_early_gives_iterations_to_kicks() -
     assert "kicks" not in (off.message or "")
 
 
+@pytest.mark.slow
 def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a time limit, greedy's schedule for the rescue is taken when stage 1's tight part
     begins, while the clock still has time for it, not after stage 1 (a GRU training step at

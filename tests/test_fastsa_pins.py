@@ -70,6 +70,7 @@ def _ancestors(g, node: str) -> set[str]:  # noqa: ANN001
     return out
 
 
+@pytest.mark.slow
 def test_a_pinned_round_finds_the_basin_the_others_miss(unet) -> None:  # noqa: ANN001
     """One round of the same iterations and seed on the graph and on the pinned graph: unpinned,
     torch_unet_train at 50% ends at 7.9-8.3% (encoder convolutions recomputed so that

@@ -28,6 +28,7 @@ def graph_and_budget(draw: st.DrawFn):  # noqa: ANN201
     return g, budget_between(g, draw(st.integers(0, 4)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", SOLVERS)
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=graph_and_budget())

@@ -80,6 +80,7 @@ def _check_partition(g: LevelGraph, levels: list[list[list[int]]], max_sub: int)
         cur = quotient(cur, groups)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags(), st.integers(2, 8), st.integers(1, 10), st.sampled_from([0.0, 0.5, 1.0]))
 def test_partition_invariants(g: LevelGraph, max_sub: int, max_top: int, alpha: float) -> None:
@@ -131,6 +132,7 @@ def _direct_optimum(g: Graph, budget: int) -> float | None:
     return sim.cost
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.9, 0.7])
 def test_hierarchical_not_below_flat_optimum(fraction: float) -> None:
     g = G.linear(6, seed=3)
@@ -138,7 +140,10 @@ def test_hierarchical_not_below_flat_optimum(fraction: float) -> None:
     opt = _direct_optimum(g, budget)
     assert opt is not None
     sched, _ = run_solver(
-        g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_subgraph": 3, "max_top": 3})
+        g,
+        budget,
+        "hilp",
+        SolveOptions(time_limit=5, seed=0, workers=1, params={"max_subgraph": 3, "max_top": 3}),
     )
     assert sched is not None and sched.summary.peak_memory <= budget
     assert sched.summary.cost >= opt - 1e-6
@@ -178,6 +183,7 @@ def test_layer_option_metrics() -> None:
     assert "a2" in keep.deps_b and "d3" in keep.deps_b  # option-specific dependencies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["training", "inference", "nx"])
 def test_solves_graph_kinds(kind: str) -> None:
     if kind == "training":
@@ -197,6 +203,7 @@ def test_solves_graph_kinds(kind: str) -> None:
     assert simulate(g, sched.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_parallel_jobs_match_serial() -> None:
     """Subgraphs solved in two processes give the schedule solved in one. The H-ILPs alone: the
     flat start's and the fallbacks' fastsa, which ran to the 60 s default limit on either side,
@@ -210,6 +217,7 @@ def test_parallel_jobs_match_serial() -> None:
     assert a is not None and b is not None and a.steps == b.steps
 
 
+@pytest.mark.slow
 def test_leaf_solvers_add_options() -> None:
     """The framework of solvers (§3.2.1): another registered solver's schedules of a leaf
     subgraph become options of it; the result stays valid."""
@@ -258,6 +266,7 @@ def failing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     registry.solver_table.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_failing_leaf_solver_is_named_in_the_message(failing_plugin: str, jobs: int) -> None:
     """Issue 21 item 4: a leaf solver that raises costs only its options, and its failure reaches
@@ -339,6 +348,7 @@ def with_gradient_sums(g: Graph) -> Graph:
     return Graph.model_validate(data)
 
 
+@pytest.mark.slow
 def test_backward_nodes_without_grad_of_join_a_layer() -> None:
     """A gradient sum with no ``grad_of`` (export-torch's graphs: autograd runs it outside any
     op's backward) joins the layer it feeds. Left a unit of its own, it sat between two
@@ -359,6 +369,7 @@ def test_backward_nodes_without_grad_of_join_a_layer() -> None:
     build_instance(ctx, units, with_loss=False)  # raised on the cycle
 
 
+@pytest.mark.slow
 def test_onnx_training_graph_gets_a_schedule() -> None:
     """Where the hierarchy's grouping rules every schedule out, the whole-graph fallback still
     returns one (mlp_train at 70%: greedy and fastsa both reach it)."""
@@ -373,6 +384,7 @@ def test_onnx_training_graph_gets_a_schedule() -> None:
     assert simulate(g, sched.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fallback", ["auto", "none"])
 def test_fallback_none_measures_the_h_ilp_alone(fallback: str) -> None:
     """Issue 18: --fallback none runs no whole-graph solver (the message says so and names no
@@ -390,6 +402,7 @@ def test_fallback_none_measures_the_h_ilp_alone(fallback: str) -> None:
         assert simulate(g, sched.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_deterministic_when_ilps_hit_their_limits() -> None:
     """With one worker and a short limit the top H-ILP cannot finish: it stops on its node limit,
     or the clock stops it and its result is dropped; either way a seed repeats exactly. (8 s:
@@ -403,6 +416,7 @@ def test_deterministic_when_ilps_hit_their_limits() -> None:
     assert runs[0][0].steps == runs[1][0].steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_loss", [False, True])
 def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
     """The warm start: the sequential schedule with any option per unit satisfies every H-ILP
@@ -432,6 +446,7 @@ def test_sequential_start_satisfies_the_h_ilp(with_loss: bool) -> None:
         assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
 
 
+@pytest.mark.slow
 def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
     """Issue 18's lever: greedy's whole-graph schedule gives each top layer one more option (its
     forward once, then what greedy computes of it up to its last backward operator); preferred,
@@ -459,6 +474,7 @@ def test_flat_schedule_becomes_layer_options_and_a_start() -> None:
     assert [k for k, _ in decode(inst, hint, R)] == list(range(len(inst.items)))
 
 
+@pytest.mark.slow
 def test_a_backward_operator_run_during_the_forward_pass_opens_the_flat_option() -> None:
     """A whole-graph schedule may run a backward operator that needs nothing of the forward
     pass (a weight's transpose) before that pass ends, and again later. The flat option keeps
@@ -499,6 +515,7 @@ def test_a_backward_operator_run_during_the_forward_pass_opens_the_flat_option()
     assert checked >= 1
 
 
+@pytest.mark.slow
 def test_refined_top_splits_backward_blocks() -> None:
     """On an ONNX training graph the pairing from the dataflow makes backward blocks that hold
     their outputs together: the sequential top schedule peaks above the graph's own order.
@@ -542,6 +559,7 @@ def test_refined_top_splits_backward_blocks() -> None:
     assert peaks[1] < peaks[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("graph", "fraction", "with_loss"),
     [("transformer", 0.3, True), ("unet", 0.5, True), ("transformer", 0.4, False)],
@@ -572,6 +590,7 @@ def test_recompute_start_satisfies_the_h_ilp(graph: str, fraction: float, with_l
         assert any(inst.items[k].kind == "F" for k in again)
 
 
+@pytest.mark.slow
 def test_identical_layers_are_solved_once() -> None:
     """App. C.1.1: two layers of one class are solved once; the other's options are the
     representative's schedules translated to its own operators, the same as solving it."""
@@ -624,6 +643,7 @@ def test_an_h_ilp_that_cannot_be_built_in_time_is_reported_not_waited_for() -> N
     assert sched is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fraction"), [("torch_unet_train", 0.5), ("torch_mlp_train", 0.7)])
 def test_top_follows_a_flat_schedule_exactly(name: str, fraction: float) -> None:
     """Issue 18: the top units `follow` cuts along a whole-graph schedule with recomputations
@@ -659,6 +679,7 @@ def test_top_follows_a_flat_schedule_exactly(name: str, fraction: float) -> None
     assert sim.peak_memory == flat.peak_memory
 
 
+@pytest.mark.slow
 def test_h_ilp_from_a_flat_start_is_never_costlier_than_it() -> None:
     """The top H-ILP started from greedy's whole-graph schedule returns, with the fallbacks off,
     a schedule within budget at most as costly as greedy's (an H-ILP cut short keeps its start)."""
@@ -677,6 +698,7 @@ def test_h_ilp_from_a_flat_start_is_never_costlier_than_it() -> None:
     assert sched.summary.cost <= greedy.summary.cost * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_the_flat_start_is_an_incumbent_at_once() -> None:
     """The flat start's schedule is reported as an incumbent before the hierarchy's levels run
     (a hierarchy or engine overrunning the limit must not cost it: the watchdog returns the last
@@ -762,6 +784,7 @@ def test_the_cheapest_flat_start_is_kept() -> None:
     assert simulate(g, steps_from_sequence(g, s.flat_seq)).cost == pytest.approx(costs[cheaper])
 
 
+@pytest.mark.slow
 def test_the_flat_fastsa_runs_the_iterations_of_the_whole_limit() -> None:
     """The H-ILP starts where fastsa alone, given the same limit and seed, ends: its flat start
     is the same annealing run (its iterations and clock check of the whole limit), so the
@@ -777,6 +800,7 @@ def test_the_flat_fastsa_runs_the_iterations_of_the_whole_limit() -> None:
     assert s.flat_seq == [st.node for st in alone.steps if st.op == "compute"]
 
 
+@pytest.mark.slow
 def test_a_top_that_follows_the_flat_start_returns_it_when_out_of_time() -> None:
     """A refined top cut along the whole-graph schedule has that schedule as its start: when its
     model cannot be built in time (here: the end of the ILP work has passed) it returns the
@@ -803,6 +827,7 @@ def test_a_top_that_follows_the_flat_start_returns_it_when_out_of_time() -> None
     assert got is None and "had passed before its model was built" in statuses[-1]
 
 
+@pytest.mark.slow
 def test_a_flat_start_too_large_to_follow_is_the_refined_tops_result() -> None:
     """When following the whole-graph schedule needs more than twice the refined top's cap, that
     instance is not built (its model would outlast the limit): its start, the schedule itself,
@@ -820,6 +845,7 @@ def test_a_flat_start_too_large_to_follow_is_the_refined_tops_result() -> None:
     assert sched.summary.cost <= flat.summary.cost * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_greedy_is_an_early_incumbent_only_with_fallbacks_on() -> None:
     """Greedy's schedule is reported at once (the watchdog returns the last incumbent when the
     engines overrun) only where a fallback may return it: with ``--fallback none`` a killed run
@@ -880,6 +906,7 @@ def _hilp_own(
     return sched.summary.cost, str(res.params.get("produced_by")), res.message or ""
 
 
+@pytest.mark.slow
 def test_an_h_ilp_schedule_cheaper_than_its_flat_start_is_the_h_ilps() -> None:
     """Issue 18, honest attribution: chen-sqrtn's schedule of a small transformer at 70% costs
     27% more than the baseline; the refined top that starts from it finds a cheaper one, and the
@@ -895,6 +922,7 @@ def test_an_h_ilp_schedule_cheaper_than_its_flat_start_is_the_h_ilps() -> None:
     assert by == "hilp" and "used: H-ILP (fallbacks off)" in msg
 
 
+@pytest.mark.slow
 def test_a_hint_is_a_flat_start() -> None:
     """hilp declares ``warm_starts``: a hint within budget is a flat start like fastsa's, so the
     H-ILP's own schedule (fallbacks off, no flat-start solvers) is cut along it and costs no more
@@ -911,6 +939,7 @@ def test_a_hint_is_a_flat_start() -> None:
     assert "from the hint's schedule" in (res.message or "")
 
 
+@pytest.mark.slow
 def test_a_flat_start_no_top_improves_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no refined top can follow the flat start (``follow`` finds no cut) and the top
     H-ILP is costlier, the flat start is still the H-ILP's own result (it was dropped, and a
@@ -929,6 +958,7 @@ def test_a_flat_start_no_top_improves_is_named_as_such(monkeypatch: pytest.Monke
     assert "used: greedy's schedule, the flat start (no H-ILP schedule was cheaper)" in msg
 
 
+@pytest.mark.slow
 def test_windows_improve_a_flat_start_the_tops_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same transformer, flat start and tops as above, with the windows on: Checkmate's model
     in greedy's order, re-solved a window at a time, recomputes less than greedy's schedule, and
@@ -948,13 +978,15 @@ def test_windows_improve_a_flat_start_the_tops_do_not(monkeypatch: pytest.Monkey
     assert re.search(r"windows of 40 stages over greedy's schedule: [1-9]\d* of \d+ windows improved it", msg)
 
 
+@pytest.mark.slow
 def test_without_a_time_limit_the_default_one_holds() -> None:
     """`remat solve g.onnx --budget 50% --solver hilp` (the pitch's command, no --time-limit) ran
     past 20 minutes on torch_resnet_train, every H-ILP solved to optimality; the solve now runs
     under DEFAULT_TIME_LIMIT and says so in its params."""
     g = G.linear(6, seed=3)
     budget = int(0.7 * baseline(g).peak_memory)
-    sched, res = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params={"max_top": 3}))
+    alone = {"max_top": 3, "flat_start": "", "fallback": "none"}  # no helper spends the default limit
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(seed=0, workers=1, params=alone))
     assert sched is not None and sched.summary.peak_memory <= budget
     assert res.params["time_limit"] == DEFAULT_TIME_LIMIT
     _, given = run_solver(

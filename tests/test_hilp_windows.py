@@ -51,6 +51,7 @@ def _poor_start(g: Graph) -> tuple[int, list, int] | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,g", CASES, ids=[c[0] for c in CASES])
 def test_one_window_over_everything_reaches_the_fixed_order_optimum(name: str, g: Graph) -> None:
     """A window covering every stage is Checkmate's whole model in the schedule's order: the sweep
@@ -70,6 +71,7 @@ def test_one_window_over_everything_reaches_the_fixed_order_optimum(name: str, g
     assert sim.cost < simulate(g, start).cost
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,g", CASES, ids=[c[0] for c in CASES])
 def test_small_windows_never_cost_more_and_repeat(name: str, g: Graph) -> None:
     """Windows of a few stages: a schedule within budget, never costlier than the start, never

@@ -70,6 +70,7 @@ def test_signal_keeps_the_best_schedule_so_far(big_graph) -> None:  # noqa: ANN0
     assert simulate(big_graph, out.schedule.steps).peak_memory <= budget
 
 
+@pytest.mark.slow
 def test_a_stopped_portfolio_names_who_found_its_schedule(big_graph) -> None:  # noqa: ANN001
     """auto stopped by the watchdog returns its last incumbent; the message names the solver
     that found it (it said only "best schedule so far", whoever that was): greedy's here, the
@@ -92,6 +93,7 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_exits_128_plus_signal_and_writes_all_or_nothing(sig: int, tmp_path: Path, big_graph) -> None:  # noqa: ANN001
@@ -138,6 +140,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_the_old_file_or_the_new(tmp_path: Path) -> None:
     target = tmp_path / "out.json"
     target.write_text("old\n")

@@ -129,6 +129,7 @@ def solve(g: Graph, budget: int, **params: object):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
 def test_staged_optimum_equals_brute_force(seed: int) -> None:
     """With C_v ≥ n the staged optimum is Checkmate's fixed-order optimum; with C_v = 2 it is

@@ -60,6 +60,7 @@ def _run(tmp: Path, cache_dir: Path | None) -> dict[str, object]:
     return json.loads(out.splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["beside the module", "NUMBA_CACHE_DIR"])
 def test_a_kernel_follows_an_edit_of_the_kernel_it_calls(tmp_path: Path, where: str) -> None:
     # With plain @njit(cache=True) in a.py and b.py this test fails at the second run: it prints

@@ -115,6 +115,7 @@ def old_file(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[int, Path]
     return request.param, path
 
 
+@pytest.mark.slow
 def test_import_solve_validate_run(old_file: tuple[int, Path], tmp_path: Path) -> None:
     opset, path = old_file
     sched = tmp_path / "s.json"
@@ -137,6 +138,7 @@ def test_import_solve_validate_run(old_file: tuple[int, Path], tmp_path: Path) -
     assert report["order_kept"]  # onnxruntime ran the schedule's order (Constant nodes aside)
 
 
+@pytest.mark.slow
 def test_interpret_mode_matches_the_original(tmp_path: Path) -> None:
     path = tmp_path / "old9.onnx"
     onnx.save(old_model(9), str(path))

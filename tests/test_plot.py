@@ -50,6 +50,7 @@ def panel(fig: Any, graph: str) -> Any:
     return ax
 
 
+@pytest.mark.slow
 def test_tradeoff_figure_data_is_the_jsonl(sweep: tuple[Path, dict[str, Graph]]) -> None:
     results, graphs = sweep
     records = read_records(results)
@@ -82,6 +83,7 @@ def test_tradeoff_figure_data_is_the_jsonl(sweep: tuple[Path, dict[str, Graph]])
     assert {"greedy", "moccasin", BASELINE_LABEL} <= set(labels)
 
 
+@pytest.mark.slow
 def test_memory_figure_follows_the_simulator(sweep: tuple[Path, dict[str, Graph]]) -> None:
     results, graphs = sweep
     (r,) = [
@@ -103,6 +105,7 @@ def test_memory_figure_follows_the_simulator(sweep: tuple[Path, dict[str, Graph]
     assert r["peak"] <= r["budget_bytes"] < baseline(g).peak_memory
 
 
+@pytest.mark.slow
 def test_report_has_the_figure_and_every_cell(sweep: tuple[Path, dict[str, Graph]]) -> None:
     results, graphs = sweep
     records = read_records(results)
@@ -115,6 +118,7 @@ def test_report_has_the_figure_and_every_cell(sweep: tuple[Path, dict[str, Graph
             assert f"href='{r['schedule']}'" in page
 
 
+@pytest.mark.slow
 def test_cli_writes_figures_and_report(sweep: tuple[Path, dict[str, Graph]], tmp_path: Path) -> None:
     results, _ = sweep
     for name in ("t.png", "t.svg"):
@@ -129,6 +133,7 @@ def test_cli_writes_figures_and_report(sweep: tuple[Path, dict[str, Graph]], tmp
     assert proc.returncode == 0 and "<table>" in (tmp_path / "r.html").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -143,12 +148,14 @@ def test_plot_bad_input_is_one_line(args: list[str], fragment: str, tmp_path: Pa
     assert len(proc.stderr.strip().splitlines()) == 1 and fragment in proc.stderr
 
 
+@pytest.mark.slow
 def test_plot_of_an_empty_folder_is_bad_input(tmp_path: Path) -> None:
     proc = remat("plot", tmp_path, "-o", tmp_path / "t.png")
     assert proc.returncode == 2 and "no sweep records" in proc.stderr
     assert not (tmp_path / "t.png").exists()
 
 
+@pytest.mark.slow
 def test_memory_figure_per_device(tmp_path: Path) -> None:
     """A multi-device schedule (xengine, with copies): one live line per device, each the simulator's
     per-device profile, against that device's budget; the CLI renders it."""

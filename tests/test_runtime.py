@@ -108,6 +108,7 @@ def test_rewrite_duplicates_recomputed_nodes_with_renamed_outputs(mlp: Graph) ->
     assert {o.name for o in out.graph.output} <= set(produced)
 
 
+@pytest.mark.slow
 def test_rewrite_remakes_a_view_whose_base_was_recomputed(tmp_path: Path) -> None:
     nodes = [
         oh.make_node("Relu", ["x"], ["a"], name="relu"),
@@ -180,6 +181,7 @@ def test_interpret_mode_peak_is_the_simulators(mlp: Graph) -> None:
         assert set(run.outputs) >= {o.name for o in model.graph.output}
 
 
+@pytest.mark.slow
 def test_a_replay_with_fewer_sessions_than_nodes_is_the_same_replay(mlp: Graph) -> None:
     """CUDA keeps only the sessions the GPU holds (node_sessions.py); here the same pool on the
     CPU is told it is full at 3 sessions: the replay remakes the others and changes nothing."""
@@ -206,6 +208,7 @@ def test_a_replay_with_fewer_sessions_than_nodes_is_the_same_replay(mlp: Graph) 
     assert all(np.array_equal(small.outputs[k], whole.outputs[k]) for k in whole.outputs)
 
 
+@pytest.mark.slow
 def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
     """A chain of 20 If nodes whose then-branch (3,000 Neg nodes, each session parses it) is
     never taken, with room for one session: every step makes a session (milliseconds) and runs
@@ -242,6 +245,7 @@ def test_making_sessions_is_left_out_of_a_replays_time(tmp_path: Path) -> None:
     assert run.seconds < engine.sessions.seconds / 4 and run.cpu_times[0] < engine.sessions.cpu_seconds / 4
 
 
+@pytest.mark.slow
 def test_session_mode_replay_matches_and_measures(mlp: Graph) -> None:
     sched = recompute_forward(mlp)
     rep = run_schedule(MLP, mlp, sched, mode="session", repeat=1, warmup=1)
@@ -267,6 +271,7 @@ def test_cuda_needs_onnxruntime_gpu(mlp: Graph) -> None:
         assert rep.outputs_match and rep.measured.peak_memory > mlp.resident_bytes
 
 
+@pytest.mark.slow
 def test_cli_command_prints_json(mlp: Graph, tmp_path: Path) -> None:
     sched_path = tmp_path / "s.json"
     sched_path.write_text(checkpoint_all(mlp).to_json())
@@ -305,6 +310,7 @@ def exported(tmp_path: Path, model: str, batch: str) -> Graph | None:
     return from_onnx_file(out)
 
 
+@pytest.mark.slow
 def test_export_torch_command(tmp_path: Path) -> None:
     graph = exported(
         tmp_path,
@@ -317,6 +323,7 @@ def test_export_torch_command(tmp_path: Path) -> None:
     assert len([o for o in graph.outputs if o.startswith("grad_")]) == 4
 
 
+@pytest.mark.slow
 def test_export_torch_pairs_each_backward_op_with_the_forward_op_it_differentiates(tmp_path: Path) -> None:
     """autograd's pairing reaches the graph as ``grad_of`` (ONNX node metadata): the op writing a
     layer's weight gradient differentiates that layer's forward op, whatever the exporter
@@ -351,6 +358,7 @@ def test_a_schedule_for_another_graph_is_refused(mlp: Graph) -> None:
         run_schedule(MLP, mlp, checkpoint_all(other), repeat=1, warmup=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["session", "interpret"])
 def test_a_model_newer_than_onnxruntime_loads_is_replayed_at_the_ir_it_loads(
     tmp_path: Path, mode: str
@@ -420,6 +428,7 @@ def test_a_subgraph_reading_the_enclosing_graph_runs_in_interpret_mode(tmp_path:
     assert rep.outputs_match
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["RandomUniformLike", "Dropout"])
 @pytest.mark.parametrize("mode", ["session", "interpret"])
 def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str, op: str) -> None:
@@ -455,6 +464,7 @@ def test_dropout_draws_the_same_numbers_in_both_runs(tmp_path: Path, mode: str, 
     assert mode == "session" or (rep.arena is not None and rep.arena["outputs_match"])
 
 
+@pytest.mark.slow
 def test_a_graph_of_empty_tensors_prints_its_table(tmp_path: Path) -> None:
     """Every tensor of zero elements: the predicted peak is 0 B, and the table's 'peak vs
     predicted' row divided by it (an internal error, exit 3)."""

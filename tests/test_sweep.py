@@ -31,6 +31,7 @@ def graphs(tmp_path: Path) -> list[Path]:
     return [a, b]
 
 
+@pytest.mark.slow
 def test_sweep_writes_one_record_per_cell_and_resumes(graphs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "res"
     args = ["sweep", *graphs, "--budgets", "100%,75%", "--solvers", "greedy,checkpoint-all"]
@@ -66,6 +67,7 @@ def test_sweep_writes_one_record_per_cell_and_resumes(graphs: list[Path], tmp_pa
     assert len(read_records(out)) == 8
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_missing_cells(graphs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "res"
     args = [
@@ -92,6 +94,7 @@ def test_resume_runs_only_the_missing_cells(graphs: list[Path], tmp_path: Path) 
     assert records[0] == json.loads(kept[0])  # untouched
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_cells_and_kills_children(tmp_path: Path) -> None:
     g = generators.linear(6, seed=1)
     entry = GraphEntry.of("lin.json", g)
@@ -135,6 +138,7 @@ def test_cells_below_the_lower_bound_are_recorded_as_skipped(tmp_path: Path) -> 
     assert r["status"] == "skipped" and "lower bound" in r["message"]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(graphs: list[Path], tmp_path: Path) -> None:
     proc = remat("sweep", graphs[0], "--solvers", "greedy,nosuch", "-o", tmp_path / "r")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

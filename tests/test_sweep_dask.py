@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import distributed
 import pytest
 
 from remat_cli.importers import generators
@@ -16,6 +15,8 @@ from remat_cli.sweep.cells import DETERMINISTIC_FIELDS, GraphEntry, make_cells, 
 from remat_cli.sweep.dask_backend import DaskBackend
 from remat_cli.sweep.pool import LocalPool
 from remat_cli.sweep.sweep import run_sweep
+
+distributed = pytest.importorskip("distributed")  # the `distributed` extra (in `test`)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,7 @@ def _by_key(where: Path) -> dict:
     return {record_key(r): r for r in read_records(where)}
 
 
+@pytest.mark.slow
 def test_dask_cluster_gives_the_local_pool_records(cluster, tmp_path: Path) -> None:  # noqa: ANN001
     cells, graphs = _cells()
     local = run_sweep(cells, graphs, LocalPool(1), tmp_path / "local")
@@ -72,6 +74,7 @@ def test_dask_cluster_gives_the_local_pool_records(cluster, tmp_path: Path) -> N
     assert {r["status"] for r in a.values()} >= {"feasible", "infeasible"}
 
 
+@pytest.mark.slow
 def test_cli_scheduler_option_streams_records_to_the_results(cluster, tmp_path: Path) -> None:  # noqa: ANN001
     g = tmp_path / "lin.json"
     g.write_text(generators.linear(5, seed=2).to_json())

@@ -45,7 +45,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name", ["mlp", "resnet18", "unet", "decoder"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlp",
+        "unet",
+        pytest.param("resnet18", marks=pytest.mark.slow),
+        pytest.param("decoder", marks=pytest.mark.slow),
+    ],
+)
 def test_gradients_equal_eager_under_aot_eager(name):
     check_equal_to_eager(name, "aot_eager")
 
@@ -87,6 +95,7 @@ def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():
     assert {n.meta[SOURCE_KEY] for n in copies} == again
 
 
+@pytest.mark.slow  # dynamo traces the model with symbolic shapes
 def test_fallback_on_a_graph_the_converter_refuses():
     c = case("mlp")
     be = backend(budget="70%", solver="greedy")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import click
 
@@ -19,7 +18,6 @@ from remat_cli.cli.common import (
     emit,
     err,
     fail,
-    fmt_value,
     friendly_errors,
     graph_options,
     native_stdout_to_stderr,
@@ -29,11 +27,13 @@ from remat_cli.cli.common import (
     read_schedule,
     resolve_budget,
 )
+from remat_cli.cli.live import BackgroundBound, LiveLine
 from remat_cli.execution import watchdog
 from remat_cli.execution.exit_codes import EXIT_INFEASIBLE, EXIT_OK
 from remat_cli.execution.runner import with_cost_bound
+from remat_cli.execution.trace import TraceRecorder
 from remat_cli.execution.watchdog import run_guarded
-from remat_cli.schedule import check_hint, peak_lower_bound
+from remat_cli.schedule import baseline, check_hint, peak_lower_bound
 from remat_cli.solver import SolveOptions
 
 
@@ -121,15 +121,28 @@ def solve(
     options = SolveOptions(time_limit=time_limit, seed=seed, hint=hint_steps, params=params, budgets=budgets)
     if workers is not None:
         options.workers = workers
-    with err.status(f"[bold]{solver_name}[/] solving…", spinner="dots") as status:
-
-        def show(facts: dict[str, Any]) -> None:
-            status.update(
-                f"[bold]{solver_name}[/] " + "  ".join(f"{k} {fmt_value(v)}" for k, v in facts.items())
-            )
-
-        options.on_progress = show if not quiet else None
-        outcome = run_guarded(graph, budget_bytes, solver_name, options, begun)
+    base = baseline(graph)
+    recorder = TraceRecorder(budget_bytes, base.cost, begun)
+    # --bound: the cut bound beside the solve, at a lower priority (shown live, used after it)
+    background = None
+    if bound and not graph.devices and solver.minimises == "cost":
+        background = BackgroundBound(graph, budget_bytes, (time_limit or 0.0) + bound_time_limit)
+    try:
+        if quiet or not err.is_terminal:
+            outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
+        else:
+            with LiveLine(err, solver_name, time_limit, recorder, base.peak_memory, background) as live:
+                options.on_progress = live.progress
+                outcome = run_guarded(graph, budget_bytes, solver_name, options, begun, recorder)
+        solved = outcome.schedule is not None and outcome.schedule.solver.status != "infeasible"
+        cut = (
+            background.poll(bound_time_limit)
+            if background is not None and solved and not outcome.signal
+            else None
+        )
+    finally:
+        if background is not None:
+            background.stop()
     schedule, result = outcome.schedule, outcome.result
     # SIGINT/SIGTERM: the best schedule so far is written as usual, then exit 128 + signal
     code = EXIT_INFEASIBLE if outcome.signal is None else 128 + outcome.signal
@@ -144,7 +157,7 @@ def solve(
     if bound and schedule.solver.status != "infeasible":
         try:
             with native_stdout_to_stderr():  # HiGHS's own prints
-                schedule = with_cost_bound(graph, schedule, bound_time_limit)
+                schedule = with_cost_bound(graph, schedule, bound_time_limit, cut)
         except KeyboardInterrupt:  # the schedule found is still written, without the bound
             click.echo("remat: note: --bound interrupted; the schedule is written without it", err=True)
     if not quiet:

@@ -10,7 +10,7 @@ import math
 import time
 
 from remat_cli import registry
-from remat_cli.execution.cost_bound import cost_lower_bound, meets
+from remat_cli.execution.cost_bound import CostBound, cost_lower_bound, meets
 from remat_cli.graph import Graph
 from remat_cli.planning.check import check_plan
 from remat_cli.schedule import (
@@ -118,7 +118,9 @@ def run_solver(
     return build_schedule(graph, budget, name, result, seconds, budgets=options.budgets), result
 
 
-def with_cost_bound(graph: Graph, schedule: Schedule, seconds: float) -> Schedule:
+def with_cost_bound(
+    graph: Graph, schedule: Schedule, seconds: float, cut: CostBound | None = None
+) -> Schedule:
     """`schedule` with the cut bound (remat_cli/execution/cost_bound.py) as its lower bound, when its solver
     minimises compute: the bound holds for every order, so for every solver's space, and a
     schedule whose cost meets it is optimal whatever found it (status "optimal"). A solver's own
@@ -133,7 +135,8 @@ def with_cost_bound(graph: Graph, schedule: Schedule, seconds: float) -> Schedul
         or registry.get(info.name).minimises != "cost"
     ):
         return schedule
-    cut = cost_lower_bound(graph, schedule.budget, time_limit=seconds)
+    if cut is None:
+        cut = cost_lower_bound(graph, schedule.budget, time_limit=seconds)
     if not math.isfinite(cut.extra_cost):
         # "no schedule fits", with one in hand: the engine failed numerically, and an infinite
         # bound would call every schedule optimal

@@ -30,6 +30,7 @@ from typing import Any
 
 from remat_cli import registry
 from remat_cli.execution.runner import build_schedule, run_solver
+from remat_cli.execution.trace import TraceRecorder
 from remat_cli.graph import Graph
 from remat_cli.schedule import Schedule, ScheduleError, Step, simulate
 from remat_cli.solver import SolveOptions, SolverResult
@@ -123,13 +124,15 @@ def unpack_steps(packed: Packed) -> list[Step]:
     ]
 
 
-def _rank(graph: Graph, budget: int, steps: list[Step]) -> tuple[int, float] | None:
-    """Sort key of an incumbent: within budget first, then by cost (over budget: by peak)."""
+def _rank(graph: Graph, budget: int, steps: list[Step]) -> tuple[tuple[int, float], int, float] | None:
+    """Sort key of an incumbent (within budget first, then by cost; over budget: by peak), its
+    peak and its cost."""
     try:
         sim = simulate(graph, steps)
     except ScheduleError:
         return None  # run_solver would call it a SolverBug; here it is just not kept
-    return (0, sim.cost) if sim.peak_memory <= budget else (1, float(sim.peak_memory))
+    key = (0, sim.cost) if sim.peak_memory <= budget else (1, float(sim.peak_memory))
+    return key, sim.peak_memory, sim.cost
 
 
 def _child(conn: Connection, graph: Graph, budget: int, name: str, options: SolveOptions) -> None:
@@ -171,11 +174,18 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
 
 
 def run_guarded(
-    graph: Graph, budget: int, name: str, options: SolveOptions, command_started: float | None = None
+    graph: Graph,
+    budget: int,
+    name: str,
+    options: SolveOptions,
+    command_started: float | None = None,
+    trace: TraceRecorder | None = None,
 ) -> Outcome:
     """`run_solver` under the watchdog (module docstring); callbacks in `options` still fire.
 
     The time limit counts from `command_started` (the CLI passes COMMAND_STARTED), else from now.
+    With `trace`, every improving incumbent is recorded there (timed from where the limit counts)
+    and the schedule's `solver.trace` holds them.
     """
     if not hasattr(os, "fork"):
         schedule, result = run_solver(graph, budget, name, options)
@@ -187,6 +197,9 @@ def run_guarded(
     prepared = time.monotonic() - t_prepare
     started = time.monotonic()
     t0 = started if command_started is None else command_started + prepared
+    if trace is not None:
+        trace.started, trace.solving = t0, True
+        trace.trace.solver_started = round(started - t0, 3)
     deadline = None
     child_options = replace(options, params=params, on_incumbent=None, on_progress=None, started=started)
     if options.time_limit is not None:
@@ -234,9 +247,11 @@ def run_guarded(
                 payload, by = payload
                 steps = unpack_steps(payload)
                 # keep the best one (within budget, then cheapest): warm starts may come late
-                rank = _rank(graph, budget, steps)
-                if rank is not None and (best_rank is None or rank < best_rank):
-                    incumbent, best_rank, made_by = payload, rank, by
+                ranked = _rank(graph, budget, steps)
+                if ranked is not None and (best_rank is None or ranked[0] < best_rank):
+                    incumbent, best_rank, made_by = payload, ranked[0], by
+                    if trace is not None:
+                        trace.offer(ranked[1], ranked[2], by or name)
                     if options.on_incumbent is not None:
                         options.on_incumbent(steps)
             elif kind == "progress":
@@ -288,4 +303,8 @@ def run_guarded(
     schedule = None
     if result.steps is not None:
         schedule = build_schedule(graph, budget, name, result, seconds, budgets=options.budgets)
+        if trace is not None:  # the result itself, where no incumbent reported it
+            sim = schedule.summary
+            trace.offer(sim.peak_memory, sim.cost, str(result.params.get("winner") or name))
+            schedule.solver.trace = trace.snapshot()
     return Outcome(schedule, result, caught[0] if caught else None)

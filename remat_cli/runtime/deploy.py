@@ -163,6 +163,26 @@ def plan_metadata(plan: MemoryPlan, names: Mapping[tuple[int, str], str], graph:
     return {"arena": plan.arena, "alignment": plan.alignment, "buffers": buffers}
 
 
+def view_aliases(
+    out: onnx.ModelProto, names: Mapping[tuple[int, str], str], graph: Graph
+) -> list[dict[str, Any]]:
+    """The views of the written model (Reshape, Squeeze, ...: 0 bytes in the graph, aliases of
+    their input in onnxruntime), each with the tensor it aliases and its own shape and dtype, in
+    node order: a plan executor binds a view at its base's address, where the kernel's copy of
+    its input onto itself is skipped (a view bound elsewhere would be a copy of its own)."""
+    from remat_cli.runtime.model import view_values
+
+    value_of = {t: v for (_, v), t in names.items()}
+    views = view_values(out)
+    found = []
+    for n in out.graph.node:
+        o = n.output[0] if n.output else ""
+        if o in views and o in value_of:
+            v = graph.value_map[value_of[o]]
+            found.append({"tensor": o, "alias_of": n.input[0], "shape": v.shape, "dtype": v.dtype})
+    return found
+
+
 def read_metadata(path: str | Path) -> dict[str, Any]:
     """The JSON metadata of a model `remat apply` wrote, by key (absent keys left out)."""
     m = onnx.load(str(path), load_external_data=False)
@@ -237,7 +257,10 @@ def apply_schedule(
         raise ApplyRefused(str(e)) from None
     made = {t for n in out.graph.node for t in n.output if t}  # an omitted optional output is no tensor
     names = {k: t for k, t in names.items() if t in made}
-    plan = plan_metadata(schedule.memory_plan, names, graph) if schedule.memory_plan else None
+    plan = None
+    if schedule.memory_plan:
+        plan = plan_metadata(schedule.memory_plan, names, graph)
+        plan["views"] = view_aliases(out, names, graph)
     meta = carried_metadata(threads, schedule, plan, sim.peak_memory)
     keep = [p for p in out.metadata_props if p.key not in meta]
     del out.metadata_props[:]

@@ -42,7 +42,8 @@ class PlanExecutor:
         model = onnx.load(str(path))
         self.outputs = [o.name for o in model.graph.output]
         self.buffers = [b for b in plan["buffers"] if "tensor" in b and b["size"] > 0]
-        _expose(model, self.buffers)
+        views = _bindable(plan.get("views", []), self.buffers)
+        _expose(model, [*self.buffers, *views])
         so = session_options(threads, settings="deployed")
         try:
             self.session = open_session(
@@ -57,6 +58,7 @@ class PlanExecutor:
         self.arena = self._raw[base : base + self.arena_bytes]
         self.binding = self.session.io_binding()
         self._views: dict[str, np.ndarray] = {}
+        self._bound: list[str] = []  #: bound output names, in binding order
         for b in self.buffers:
             dt = np.dtype(b["dtype"])
             n = int(np.prod(b["shape"], dtype=np.int64)) * dt.itemsize
@@ -64,10 +66,23 @@ class PlanExecutor:
                 raise ValueError(f"{b['tensor']!r} ends past the arena ({b['offset']} + {n} B)")
             view = self.arena[b["offset"] : b["offset"] + n].view(dt).reshape(b["shape"])
             self._views[b["tensor"]] = view
+            self._bound.append(b["tensor"])
             self.binding.bind_output(b["tensor"], "cpu", 0, dt, list(b["shape"]), view.ctypes.data)
+        self._bind_views(views)
         self._unplanned = [o for o in self.outputs if o not in self._views]
         for o in self._unplanned:
             self.binding.bind_output(o, "cpu")
+
+    def _bind_views(self, views: Sequence[Mapping[str, Any]]) -> None:
+        """Each view at its base's address with its own shape (a view of a view at the first
+        base's), so that onnxruntime's Reshape, Squeeze, ... find their output where their input
+        is and copy nothing."""
+        for v in views:
+            dt = np.dtype(v["dtype"])
+            view = self._views[v["alias_of"]].reshape(v["shape"])
+            self._bound.append(v["tensor"])
+            self._views[v["tensor"]] = view
+            self.binding.bind_output(v["tensor"], "cpu", 0, dt, list(v["shape"]), view.ctypes.data)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run on `feeds` (arrays by input name); the graph outputs, copied out of the arena."""
@@ -78,8 +93,7 @@ class PlanExecutor:
         """The graph outputs of the last run, copied (the next run overwrites the arena)."""
         out = {o: np.array(self._views[o]) for o in self.outputs if o in self._views}
         if self._unplanned:
-            bound = [b["tensor"] for b in self.buffers] + self._unplanned
-            for name, v in zip(bound, self.binding.get_outputs(), strict=True):
+            for name, v in zip([*self._bound, *self._unplanned], self.binding.get_outputs(), strict=True):
                 if name in self._unplanned:
                     out[name] = v.numpy()
         return {o: out[o] for o in self.outputs}
@@ -92,6 +106,26 @@ class PlanExecutor:
             self.session.run_with_iobinding(self.binding)
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+
+def _bindable(
+    views: Sequence[Mapping[str, Any]], buffers: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The views that can be bound at their base's address: the base is planned (or such a
+    view) with the same dtype and bytes. The others (views of graph inputs or weights) stay
+    onnxruntime's own aliases."""
+
+    def nbytes(b: Mapping[str, Any]) -> tuple[str, int]:
+        dt = np.dtype(b["dtype"])
+        return dt.str, int(np.prod(b["shape"], dtype=np.int64)) * dt.itemsize
+
+    known = {b["tensor"]: nbytes(b) for b in buffers}
+    kept = []
+    for v in views:
+        if v["alias_of"] in known and known[v["alias_of"]] == nbytes(v):
+            known[v["tensor"]] = nbytes(v)
+            kept.append(v)
+    return kept
 
 
 def _expose(model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> None:

@@ -323,8 +323,9 @@ def _plan_session(job: dict, model: str, feeds: dict):
 def _memory_worker(job: dict) -> dict:
     """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved.
 
-    With onnxruntime's arena on (``defaults``) what a run takes stays in the arena after it, so
-    there the baseline is read before the first run and the peak is what the runs held at most."""
+    Where memory is kept between runs — onnxruntime's arena (``defaults``), the plan's arena
+    (``plan``), glibc's heap when the mmap threshold is left as it is — the baseline is read
+    before the first run and the peak is what the runs held at most."""
     import numpy as np
 
     if job.get("mmap", True):
@@ -334,7 +335,7 @@ def _memory_worker(job: dict) -> dict:
     settings = job.get("settings", "replay")
     run, fetch, release, out_names = _session(job, job["model"], feeds, settings)
     peaks: list[int] = []
-    if settings in ("defaults", "plan") and not cuda:
+    if (settings in ("defaults", "plan") or not job.get("mmap", True)) and not cuda:
         peaks = _held_peaks(run, release, job["warmup"] + max(job["repeat"], 1))
         np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
         steady = None

@@ -4,7 +4,10 @@ complementary methods side by side and keep the best answer; Gomes & Selman, "Al
 portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel beats sequential
 splitting when run times are heavy-tailed).
 
-1. greedy runs first, in this process: it is fast (milliseconds to a few seconds), always returns
+0. The ratio construction (remat_cli/solvers/ratio) runs first, in this process, before the lane
+   processes start: a schedule within budget in seconds on deep stacks, where greedy may find
+   none within its share; its time counts in greedy's.
+1. greedy runs next, in this process: it is fast (milliseconds to a few seconds), always returns
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
 2. The rest of the time goes to *lanes*, each a separate process with the whole remaining time
    (`--lanes 1`, or one worker, runs the same solvers one after the other in this process,
@@ -42,6 +45,10 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
+#: share of the time limit (and least seconds) of the ratio construction before greedy: its first
+#: schedule comes whatever the limit, the rest refines it (a few tenths of a point) while the lanes wait
+FIRST_SHARE = 0.02
+FIRST_MIN_SECONDS = 2.0
 #: a solver is not started with less than this many seconds left
 MIN_RUN_SECONDS = 0.5
 #: the lanes' solvers are told to stop this share of the time limit early: model building and
@@ -133,16 +140,44 @@ class _Board:
             self.offer(r, replaces=cut)
 
 
+def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: float) -> _Run | None:
+    """The ratio construction's schedule (remat_cli/solvers/ratio), given FIRST_SHARE of the
+    limit (at least FIRST_MIN_SECONDS): the lanes' warm start where greedy has none within the
+    budget or a dearer one."""
+    if "ratio" not in registry.names():
+        return None
+    solver = registry.get("ratio")
+    if solver.supports(graph) is not None:
+        return None
+    t0 = time.monotonic()
+
+    def first(steps: list[Step]) -> None:  # to the watchdog at once: the answer if time runs out
+        options.progress(method="ratio")
+        options.incumbent(steps)
+
+    opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
+                        params=solver.defaults(), on_incumbent=first)  # fmt: skip
+    try:
+        res = solver.solve(graph, budget, opts)
+    except Exception:  # a construction that fails leaves greedy as before
+        return None
+    if res.steps is None or res.status == "infeasible":
+        return None
+    return _Run("ratio", res.status, time.monotonic() - t0, res.steps, result=res)
+
+
 def _greedy_first(
-    graph: Graph, budget: int, options: SolveOptions, limit: float, board: _Board
+    graph: Graph, budget: int, options: SolveOptions, limit: float, board: _Board, spent: float = 0.0
 ) -> tuple[list[Step] | None, bool]:
-    """Greedy in this process, the warm start: the hint for the lanes (greedy's schedule or the
-    caller's when within budget, the cheaper of the two) and whether the baseline fits."""
+    """Greedy in this process, the warm start: the hint for the lanes (the cheapest schedule
+    within budget of greedy's, the ratio construction's before it and the caller's) and whether
+    the baseline fits."""
     greedy = registry.get("greedy")
     t0 = time.monotonic()
     g_opts = SolveOptions(
-        # at least a few seconds (half of a short limit): it is the answer of last resort
-        time_limit=max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)),
+        # at least a few seconds (half of a short limit): it is the answer of last resort; the
+        # ratio construction's time (`spent`) counts in its share
+        time_limit=max(MIN_RUN_SECONDS, max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)) - spent),
         seed=options.seed,
         workers=options.workers,
         params=greedy.defaults(),
@@ -151,7 +186,8 @@ def _greedy_first(
     g_run = _Run("greedy", g_res.status, time.monotonic() - t0, g_res.steps, result=g_res)
     board.runs.append(g_run)
     board.offer(g_run)
-    hint = g_run.steps if g_run.peak is not None and g_run.peak <= budget else None
+    top = board.best[0] if board.best else None  # greedy's or the ratio construction's
+    hint = top.steps if top is not None and top.peak is not None and top.peak <= budget else None
     if options.hint:
         h_run = _Run("hint", "given", steps=list(options.hint))
         board.offer(h_run)
@@ -316,11 +352,18 @@ class Auto(Solver):
         lanes = [lane for lane in lanes if lane]
         n_lanes = int(options.params["lanes"])
         parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
-        # the lane processes start first: their imports overlap greedy's run
+        # 0. the ratio construction, alone on the machine: a schedule within budget in seconds,
+        # whatever greedy finds
+        first = first_schedule(graph, budget, options, limit)
+        # then the lane processes: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
+            if first is not None:
+                board.offer(first)
             # 1. greedy, the warm start
-            hint, baseline_fits = _greedy_first(graph, budget, options, limit, board)
+            hint, baseline_fits = _greedy_first(
+                graph, budget, options, limit, board, first.seconds if first else 0.0
+            )
             if baseline_fits:
                 lanes = []  # the baseline is the cheapest schedule: nothing to search
             # 2. the lanes

@@ -149,6 +149,7 @@ def test_quiet_silences_the_live_line(stack: Path) -> None:
     assert "/60 s" not in term and "overhead" not in term and "preparing" not in term
 
 
+@pytest.mark.slow
 def test_the_background_bound_is_the_cut_bound() -> None:
     g = G.linear(8)
     b = budget(g, 0.5)

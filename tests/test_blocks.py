@@ -111,6 +111,7 @@ def test_blocks_on_the_decoder_costs_what_the_blocks_say() -> None:
     assert want_peak < 0.3 * base.peak_memory and 0.2 < want_overhead < 0.3
 
 
+@pytest.mark.slow
 def test_every_k_keeps_fewer_inputs_and_a_budget_below_its_peak_is_infeasible() -> None:
     g = decoder()
     base = baseline(g)
@@ -132,6 +133,7 @@ def test_a_graph_without_scopes_is_refused() -> None:
         solver.solve(g, baseline(g).peak_memory, solver.resolve(SolveOptions(params={"blocks": "nope"})))
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_graph_without_scopes_in_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "remat_cli", "solve", str(ROOT / "graphs" / "torch_mlp_train.onnx")]

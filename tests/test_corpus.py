@@ -55,7 +55,9 @@ def cases() -> list[Any]:
     out = []
     for e in MANIFEST:
         for cmd in commands(e, CORPUS / "x", CORPUS / "o"):
-            out.append(pytest.param(e, cmd, id=f"{e['file']}-{cmd}"))
+            # a documented success of `run` measures the model in worker processes: slow
+            slow = cmd == "run" and e.get("exit", {}).get(cmd, 2) == 0
+            out.append(pytest.param(e, cmd, id=f"{e['file']}-{cmd}", marks=[pytest.mark.slow] * slow))
     return out
 
 

@@ -69,7 +69,8 @@ def scheduled_model(
     """`model` rewritten so that its node list *is* the schedule's compute sequence.
 
     `names`, where given, receives (index in `steps` of a compute step, tensor) -> the name the
-    rewritten model gives that production of the tensor (memory plans are keyed by the former).
+    rewritten model gives that production of the tensor (memory plans are keyed by the former);
+    a view made again before a step is keyed by that step.
 
     Each recomputation is a copy of the ONNX node whose outputs get new names
     (``<tensor>__remat<k>``); every later node reads the newest copy. The last production of
@@ -123,9 +124,13 @@ def scheduled_model(
         if made_from[t] != current.get(proto.input[0], proto.input[0]):
             out = _fresh(f"{t}__view", taken)
             emit(proto, _fresh(f"{proto.name or t}__view", taken), [out])
+            if names is not None and step:  # the view made again before the compute step[0]
+                names[(step[0], t)] = out
 
+    step: list[int] = []
     for k, nid in enumerate(seq):
         proto = table[nid]
+        step[:] = [at[k]]
         for t in proto.input:
             if t:
                 refresh(t)

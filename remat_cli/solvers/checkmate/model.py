@@ -256,7 +256,7 @@ def build_model(
     _add_retention(m, T, R, S)
     _add_dependencies(m, st, R, S)
     if not live_only:
-        _add_free_definition(m, st, R, S, FREE, free_t, free_i, free_k, free_form)
+        _add_free_definition(m, st, R, S, FREE, (free_t, free_i, free_k), free_form)
 
     if tighten:
         _add_dominance(m, st, R, S)
@@ -337,14 +337,13 @@ def _add_free_definition(
     R: np.ndarray,
     S: np.ndarray,
     FREE: np.ndarray,
-    free_t: np.ndarray,
-    free_i: np.ndarray,
-    free_k: np.ndarray,
+    free_tik: tuple[np.ndarray, np.ndarray, np.ndarray],
     free_form: str,
 ) -> None:
     """Eq. (16): FREE[t,i,k] is the product R[t,k] (1 − S[t+1,i]) Π (1 − R[t,j]) over the users j
     of i with k < j ≤ t, linearised as the hazard pair of the paper or as the product's bounds."""
     T = st.T
+    free_t, free_i, free_k = free_tik
     # eq. (16): hazards. h = 1 − R[t,k] + S[t+1,i] + Σ_{j∈USERS[i], k<j≤t} R[t,j]
     #   FREE + h ≥ 1   ⇔  FREE − R[t,k] + S[t+1,i] + ΣR ≥ 0
     #   κ FREE + h ≤ κ ⇔  κ FREE − R[t,k] + S[t+1,i] + ΣR ≤ κ − 1

@@ -70,50 +70,31 @@ def _compute_nodes(ctx: Ctx, units: list[Unit], with_loss: bool) -> list[Item]:
     raw: list[Item] = []
     for ui, u in enumerate(units):
         if u.layer:
-            raw.append(
-                Item(
-                    "F",
-                    ui,
-                    0,
-                    [o.fwd for o in u.options],
-                    [o.time_f for o in u.options],
-                    [o.m_f for o in u.options],
-                    [o.phantom for o in u.options],
-                    [o.deps_f for o in u.options],
-                    [o.corr_f for o in u.options],
-                )
-            )
-            raw.append(
-                Item(
-                    "B",
-                    ui,
-                    2,
-                    [o.bwd for o in u.options],
-                    [o.time_b for o in u.options],
-                    [o.m_b for o in u.options],
-                    [o.phantom for o in u.options],
-                    [o.deps_b for o in u.options],
-                    [o.corr_b for o in u.options],
-                )
-            )
+            raw.append(_item("F", ui, 0, u, forward=True))
+            raw.append(_item("B", ui, 2, u, forward=False))
         else:
             side = 0 if (not ctx.forward or set(u.fwd) <= ctx.forward) else 2
-            raw.append(
-                Item(
-                    "plain",
-                    ui,
-                    side,
-                    [o.fwd for o in u.options],
-                    [o.time_f for o in u.options],
-                    [o.m_f for o in u.options],
-                    [0] * len(u.options),
-                    [o.deps_f for o in u.options],
-                    [o.corr_f for o in u.options],
-                )
-            )
+            raw.append(_item("plain", ui, side, u, forward=True))
     if with_loss:
         raw.append(Item("loss", -1, 1, [()], [0.0], [0], [0], [frozenset()], [()]))
     return raw
+
+
+def _item(kind: str, ui: int, side: int, u: Unit, forward: bool) -> Item:
+    """The compute node of unit `ui`'s forward or backward part, one entry per option (a plain
+    unit's options hold no phantom)."""
+    opts = u.options
+    return Item(
+        kind,
+        ui,
+        side,
+        [o.fwd if forward else o.bwd for o in opts],
+        [o.time_f if forward else o.time_b for o in opts],
+        [o.m_f if forward else o.m_b for o in opts],
+        [o.phantom if kind != "plain" else 0 for o in opts],
+        [o.deps_f if forward else o.deps_b for o in opts],
+        [o.corr_f if forward else o.corr_b for o in opts],
+    )
 
 
 def _data_nodes(

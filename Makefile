@@ -3,7 +3,7 @@ PYTHON ?= python3
 .PHONY: install test test-fast lint format schemas bench demo examples
 
 install:
-	$(PYTHON) -m pip install -q -e ".[test]"
+	$(PYTHON) -m pip install -q -e ".[test,torch]"
 
 test:
 	$(PYTHON) -m pytest -q

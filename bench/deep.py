@@ -4,7 +4,9 @@ for each cell the overhead, peak, solve time and resident memory of greedy, fast
 blocks, and the cut bound `remat info --budget` proves (the least overhead any schedule needs).
 
 Each solve is its own `remat solve` process (the watchdog forks the solver inside it); its peak
-resident memory is the largest of that process tree's (os.wait4's rusage). Cells run one after
+resident memory is the largest high-water mark (VmHWM) of any process of that tree, sampled from
+/proc every 0.2 s (wait4's rusage misses the solver child, which is killed, not reaped); its CPU
+seconds are those of the processes it reaped (the solver's own are not among them). Cells run one after
 another; the load average before and after each is recorded, since the machine may be shared.
 Rows of an earlier run in the same --out that this run does not redo are kept, so subsets add up:
 
@@ -57,24 +59,46 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def tree_high_water(root: int, seen: dict[int, int]) -> None:
+    """Record in `seen` each live process of `root`'s tree with its resident high-water mark (kB,
+    /proc's VmHWM): the solver runs in a child the watchdog kills once it has the result, so
+    wait4's rusage (reaped children only) misses it."""
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        hwm = next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmHWM:")), 0)
+        seen[pid] = max(seen.get(pid, 0), hwm)
+        todo.extend(int(k) for k in kids)
+
+
 def run_measured(cmd: list[str]) -> tuple[int, float, float, float, str]:
-    """Exit code, wall seconds, CPU seconds (its process tree's, user + system) and peak resident
-    MB (the largest process of its tree) of `cmd`, and its stderr's last line."""
+    """Exit code, wall seconds, CPU seconds (user + system of the processes it reaped) and peak
+    resident MB of `cmd` (the largest high-water mark of any process of its tree, sampled every
+    0.2 s), and its stderr's last line."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
+    seen: dict[int, int] = {}
     with tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
-        try:
-            _, status, usage = os.wait4(p.pid, 0)
-        except KeyboardInterrupt:
-            p.kill()
-            raise
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            tree_high_water(p.pid, seen)
+            time.sleep(0.2)
         p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t0
         err.seek(0)
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
     cpu = usage.ru_utime + usage.ru_stime
-    return p.returncode, wall, cpu, usage.ru_maxrss / 1024, lines[-1] if lines else ""
+    # not usage.ru_maxrss: Linux carries the high-water mark across exec, so it is the bench's own
+    rss = max(seen.values(), default=0) / 1024
+    return p.returncode, wall, cpu, rss, lines[-1] if lines else ""
 
 
 def solve_cell(path: Path, budget: int, solver: str, limit: float) -> dict[str, Any]:
@@ -92,6 +116,7 @@ def solve_cell(path: Path, budget: int, solver: str, limit: float) -> dict[str, 
             "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2),
             "rss_mb": round(rss, 1),
+            "rss_from": "VmHWM",
         }
         row |= {"load_before": before, "load_after": load()}
         if out.exists():
@@ -184,6 +209,9 @@ def main() -> None:
     previous = RESULTS / f"{args.out}.json"
     old = json.loads(previous.read_text()) if previous.exists() else {}
     rows = {(r["model"], r["budget"], r["solver"]): r for r in old.get("rows", [])}
+    for r in rows.values():  # measured by wait4 before: the bench's own high-water mark, dropped
+        if r.get("rss_from") != "VmHWM":
+            r.pop("rss_mb", None)
     facts, bounds, runs = old.get("models", {}), old.get("bounds", {}), old.get("runs", [])
     for model in models:
         facts[model], cells = cells_of(model, budgets)

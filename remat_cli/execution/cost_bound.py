@@ -20,8 +20,8 @@ over the values made before the instant (by ancestors and parallel nodes). Its o
 HiGHS's dual bound when cut short, is a lower bound on the extra cost of every schedule within B:
 each r_p = 1 of an ancestor is at least one recomputation. This is Checkmate's model (Jain et al.,
 MLSys'20, §4, eq. 1-4) at a single stage with the order left free; at tight budgets the integral
-knapsack at one stage binds where the LP relaxation of the whole model gives almost 0 (bench
-results/limits.json). Parallel nodes matter on exported training graphs: a ReLU's backward mask
+knapsack at one stage binds where the LP relaxation of the whole model gives almost 0.
+Parallel nodes matter on exported training graphs: a ReLU's backward mask
 or a BatchNorm's saved statistics can be computed from forward values before the loss, so the
 value kept across the loss may be theirs rather than the forward activation.
 

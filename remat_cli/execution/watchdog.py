@@ -173,6 +173,98 @@ def _child(conn: Connection, graph: Graph, budget: int, name: str, options: Solv
         conn.close()
 
 
+@dataclass
+class _Watch:
+    """What the parent has heard from the solver's process: the best incumbent so far (within
+    budget, then cheapest: warm starts may come late), its producer, and how the watch ended."""
+
+    graph: Graph
+    budget: int
+    name: str
+    options: SolveOptions
+    trace: TraceRecorder | None
+    incumbent: Packed | None = None
+    made_by: str = ""  # the incumbent's producer, where the solver is a portfolio that names it
+    best_rank: tuple[int, float] | None = None
+    final: tuple[SolverResult, Packed | None] | None = None
+    error: BaseException | None = None
+    why_stopped: str | None = None
+
+    def take(self, kind: str, payload: Any) -> bool:
+        """One message from the child; True when it was the last (its result or its error)."""
+        if kind == "incumbent":
+            packed, by = payload
+            steps = unpack_steps(packed)
+            ranked = _rank(self.graph, self.budget, steps)
+            if ranked is not None and (self.best_rank is None or ranked[0] < self.best_rank):
+                self.incumbent, self.best_rank, self.made_by = packed, ranked[0], by
+                if self.trace is not None:
+                    self.trace.offer(ranked[1], ranked[2], by or self.name)
+                if self.options.on_incumbent is not None:
+                    self.options.on_incumbent(steps)
+        elif kind == "progress":
+            self.options.progress(**payload)
+        elif kind == "result":
+            self.final = payload
+            return True
+        elif kind == "error":
+            self.error = payload
+            return True
+        return False
+
+    def listen(self, receive: Connection, deadline: float | None, caught: list[int]) -> None:
+        """Take the child's messages until its result, its end, a signal or the deadline."""
+        while True:
+            if caught:
+                self.why_stopped = f"interrupted ({signal.Signals(caught[0]).name})"
+                return
+            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+            if deadline is not None and wait <= 0:
+                self.why_stopped = "time limit reached"
+                return
+            try:
+                if not receive.poll(wait):
+                    continue
+                kind, payload = receive.recv()
+            except (EOFError, OSError):
+                return  # the child ended without a result: died, or was killed
+            if self.take(kind, payload):
+                return
+
+    def result(self, exitcode: int | None) -> SolverResult:
+        """The solver's own result, else the best incumbent (status feasible) or none."""
+        if self.error is not None:
+            raise self.error
+        if self.final is not None:
+            result, packed = self.final
+            result.steps = unpack_steps(packed) if packed is not None else None
+            return result
+        why = self.why_stopped
+        if why is None:
+            why = f"the solver process died (exit {exitcode})"
+            if self.incumbent is None:
+                raise RuntimeError(f"solver {self.name!r}: {why} before finding a schedule")
+        if self.incumbent is None:
+            return SolverResult(steps=None, status="unknown", message=f"{why} before any schedule was found")
+        by = f", {self.made_by}'s" if self.made_by else ""
+        return SolverResult(
+            steps=unpack_steps(self.incumbent), status="feasible", message=f"{why}: best schedule so far{by}"
+        )
+
+
+def _stop(child: multiprocessing.process.BaseProcess) -> None:
+    """Kill the child's process group, and the child itself in case the signal came before it
+    made that group (an orphan would keep running and hold our stderr open); then reap it."""
+    if child.pid is not None and child.is_alive():
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if child.pid is not None:
+        child.join(5)
+
+
 def run_guarded(
     graph: Graph,
     budget: int,
@@ -220,85 +312,20 @@ def run_guarded(
     for s in previous:
         signal.signal(s, on_signal)
     child = ctx.Process(target=_child, args=(send, graph, budget, name, child_options), daemon=False)
-    incumbent: Packed | None = None
-    made_by = ""  # the incumbent's producer, where the solver is a portfolio that names it
-    best_rank: tuple[int, float] | None = None
-    final: tuple[SolverResult, Packed | None] | None = None
-    error: BaseException | None = None
-    why_stopped: str | None = None
+    watch = _Watch(graph, budget, name, options, trace)
     try:
         child.start()
         send.close()
-        while True:
-            if caught:
-                why_stopped = f"interrupted ({signal.Signals(caught[0]).name})"
-                break
-            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
-            if deadline is not None and wait <= 0:
-                why_stopped = "time limit reached"
-                break
-            try:
-                if not receive.poll(wait):
-                    continue
-                kind, payload = receive.recv()
-            except (EOFError, OSError):
-                break  # the child ended without a result: died, or was killed
-            if kind == "incumbent":
-                payload, by = payload
-                steps = unpack_steps(payload)
-                # keep the best one (within budget, then cheapest): warm starts may come late
-                ranked = _rank(graph, budget, steps)
-                if ranked is not None and (best_rank is None or ranked[0] < best_rank):
-                    incumbent, best_rank, made_by = payload, ranked[0], by
-                    if trace is not None:
-                        trace.offer(ranked[1], ranked[2], by or name)
-                    if options.on_incumbent is not None:
-                        options.on_incumbent(steps)
-            elif kind == "progress":
-                options.progress(**payload)
-            elif kind == "result":
-                final = payload
-                break
-            elif kind == "error":
-                error = payload
-                break
+        watch.listen(receive, deadline, caught)
     finally:
         # with or without a result: the child has nothing more to give, and its own teardown
         # (thread pools, JIT caches) should not count against the time limit
-        if child.pid is not None and child.is_alive():
-            # its group (the solver's own workers), and the child itself in case the signal came
-            # before it made that group: an orphan would keep running and hold our stderr open
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(child.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if child.pid is not None:
-            child.join(5)
+        _stop(child)
         receive.close()
         for s, h in previous.items():
             signal.signal(s, h)
     seconds = time.monotonic() - started
-    if error is not None:
-        raise error
-    if final is not None:
-        result, packed = final
-        result.steps = unpack_steps(packed) if packed is not None else None
-    else:
-        if why_stopped is None:
-            why_stopped = f"the solver process died (exit {child.exitcode})"
-            if incumbent is None:
-                raise RuntimeError(f"solver {name!r}: {why_stopped} before finding a schedule")
-        if incumbent is not None:
-            result = SolverResult(
-                steps=unpack_steps(incumbent),
-                status="feasible",
-                message=f"{why_stopped}: best schedule so far" + (f", {made_by}'s" if made_by else ""),
-            )
-        else:
-            result = SolverResult(
-                steps=None, status="unknown", message=f"{why_stopped} before any schedule was found"
-            )
+    result = watch.result(child.exitcode)
     result.params = params | result.params
     schedule = None
     if result.steps is not None:

@@ -23,7 +23,7 @@ from common import write_results  # noqa: E402
 
 from remat_cli import registry  # noqa: E402
 from remat_cli.graph import Graph  # noqa: E402
-from remat_cli.testing import brute_force_min_cost  # noqa: E402
+from remat_cli.testing.instances import brute_force_min_cost  # noqa: E402
 from tests.fuzzgraphs import budget_between, check, random_graph  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Proof of correctness for checkmate / checkmate-lp: the MILP optimum equals an exhaustive search
-of the same fixed-order space (remat_cli.testing.brute_force_min_cost), the LP value bounds it from below, and
+of the same fixed-order space (remat_cli.testing.instances.brute_force_min_cost), the LP value bounds it from below, and
 every schedule passes the simulator (run_solver simulates and raises on an invalid one)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from remat_cli.solvers.checkmate import (
     stages_of,
     steps_from_S,
 )
-from remat_cli.testing import brute_force_min_cost
+from remat_cli.testing.instances import brute_force_min_cost
 
 
 def random_graph(n: int, seed: int, multi: bool = False) -> Graph:

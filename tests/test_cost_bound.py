@@ -17,7 +17,7 @@ from remat_cli.execution.runner import build_schedule, with_cost_bound
 from remat_cli.graph import Graph, Node, Value
 from remat_cli.schedule import baseline, peak_lower_bound, steps_from_sequence
 from remat_cli.solver import SolverResult
-from remat_cli.testing import tiny_graph
+from remat_cli.testing.instances import tiny_graph
 from tests.clirun import remat
 
 

@@ -10,7 +10,13 @@ import inspect
 
 import pytest
 
-MODULES = ("remat_cli.api", "remat_cli.solver", "remat_cli.registry", "remat_cli.testing")
+MODULES = (
+    "remat_cli.api",
+    "remat_cli.solver",
+    "remat_cli.registry",
+    "remat_cli.testing",
+    "remat_cli.testing.instances",
+)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

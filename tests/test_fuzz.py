@@ -16,7 +16,7 @@ from remat_cli import registry
 from remat_cli.graph import Graph
 from remat_cli.solvers.greedy import low_memory_order
 from remat_cli.solvers.greedy.dtr import smallest
-from remat_cli.testing import brute_force_min_cost
+from remat_cli.testing.instances import brute_force_min_cost
 from tests.fuzzgraphs import budget_between, check, random_graph
 
 SOLVERS = [n for n in registry.names() if registry.get(n).availability()[0] == "available"]

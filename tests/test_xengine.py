@@ -16,7 +16,7 @@ from remat_cli.graph import Graph
 from remat_cli.importers import generators as G
 from remat_cli.schedule import baseline, peak_lower_bound, simulate
 from remat_cli.solver import SolveOptions
-from remat_cli.testing import brute_force_min_cost
+from remat_cli.testing.instances import brute_force_min_cost
 
 BIG = 10**6
 

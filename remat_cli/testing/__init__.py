@@ -30,241 +30,59 @@ Examples
 from __future__ import annotations
 
 import copy
-import heapq
-import itertools
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator
-from functools import cache
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from remat_cli import registry
-from remat_cli.graph import Graph, Node, Value
+from remat_cli.graph import Graph
 from remat_cli.importers import generators as G
-from remat_cli.schedule import ScheduleError, SimResult, baseline, peak_lower_bound, simulate
-from remat_cli.solver import OptionError, SolveOptions, Solver, SolverResult
-
-#: seconds given to each solve (half of it with an option at an extreme), and what a solve may take
-#: beyond it (model building, decoding). The graphs are small: what is checked is what a solver
-#: claims about the schedule it returns, not how good the schedule is.
-TIME_LIMIT = 1.0
-SLACK = 4.0
-FRACTIONS = (1.0, 0.8, 0.6)
-TOLERANCE = 1e-6  # relative, on costs
+from remat_cli.solver import OptionError, SolveOptions, Solver
+from remat_cli.testing.claims import (
+    FRACTIONS,
+    SLACK,
+    TIME_LIMIT,
+    TOLERANCE,
+    applicable_graphs,
+    check_claims,
+    fail,
+    run_raw,
+)
+from remat_cli.testing.instances import (
+    brute_force_min_cost,
+    budget_for,
+    contract_graphs,
+    tiny_budgets,
+    tiny_graph,
+    tiny_graphs,
+)
 
 Check = Callable[[Solver], None]
 
-
-@cache
-def contract_graphs() -> dict[str, Graph]:
-    """Small generated graphs of every family: a chain, a random DAG, long skips, a transformer.
-
-    Returns
-    -------
-    dict of str to Graph
-        ``"linear"``, ``"layered"``, ``"unet"`` and ``"transformer"``; built once and cached.
-
-    Examples
-    --------
-    >>> sorted(contract_graphs())
-    ['layered', 'linear', 'transformer', 'unet']
-    """
-    return {
-        "linear": G.linear(5, seed=1),
-        "layered": G.random_layered(24, seed=2),
-        "unet": G.unet(depth=2, convs=1, seed=3),
-        "transformer": G.transformer(layers=1, seed=4),
-    }
-
-
-def tiny_graph(n: int, seed: int) -> Graph:
-    """A random DAG of single-output nodes, small enough for :func:`brute_force_min_cost`.
-
-    With parameters, workspaces, a non-recomputable node now and then and sometimes a second
-    graph output.
-
-    Parameters
-    ----------
-    n : int
-        The number of nodes (up to ~8 for the brute force).
-    seed : int
-        The seed: the same seed gives the same graph.
-
-    Returns
-    -------
-    Graph
-        Named ``tiny<seed>``.
-
-    Examples
-    --------
-    >>> g = tiny_graph(8, seed=0)
-    >>> g.name, len(g.nodes), all(len(n.outputs) == 1 for n in g.nodes)
-    ('tiny0', 8, True)
-    """
-    rng = random.Random(seed)
-    values = [Value(id="x", size=rng.randint(1, 4), role="input")]
-    nodes = []
-    for i in range(n):
-        ins = [f"v{p}" for p in range(i) if rng.random() < 0.35] or ([f"v{i - 1}"] if i else [])
-        if i == 0 or rng.random() < 0.3:
-            ins.append("x")
-        if rng.random() < 0.15:
-            values.append(Value(id=f"w{i}", size=rng.randint(1, 3), role="parameter"))
-            ins.append(f"w{i}")
-        values.append(Value(id=f"v{i}", size=rng.randint(1, 6)))
-        nodes.append(
-            Node(
-                id=f"n{i}",
-                inputs=ins,
-                outputs=[f"v{i}"],
-                cost=rng.randint(0, 5),
-                workspace=rng.choice([0, 0, 1, 3]),
-                recomputable=rng.random() > 0.15,
-            )
-        )
-    outputs = [f"v{n - 1}"] + ([f"v{rng.randrange(n - 1)}"] if n > 1 and rng.random() < 0.3 else [])
-    return Graph(name=f"tiny{seed}", values=values, nodes=nodes, outputs=outputs)
-
-
-@cache
-def tiny_graphs() -> tuple[Graph, ...]:
-    """The graphs of the exact check: a chain and random DAGs (:func:`tiny_graph`).
-
-    Seeds 0 and 95 (8 nodes) have budgets where the greedy heuristic misses the optimum, so a
-    heuristic that claims "optimal" fails the exact check.
-
-    Returns
-    -------
-    tuple of Graph
-        Built once and cached.
-
-    Examples
-    --------
-    >>> [g.name for g in tiny_graphs()]
-    ['linear_n3_s5', 'tiny0', 'tiny95', 'tiny1', 'tiny2']
-    """
-    return (G.linear(3, seed=5), tiny_graph(8, 0), tiny_graph(8, 95), tiny_graph(5, 1), tiny_graph(6, 2))
-
-
-def budget_for(graph: Graph, fraction: float) -> int:
-    """A budget: `fraction` of the baseline peak, raised to the lower bound no schedule goes below.
-
-    Parameters
-    ----------
-    graph : Graph
-        The graph.
-    fraction : float
-        Of the peak without rematerialization.
-
-    Returns
-    -------
-    int
-        Bytes.
-
-    Examples
-    --------
-    >>> from remat_cli.importers import generators
-    >>> g = generators.linear(5, seed=1)  # peak 36,000 B, lower bound 23,000 B
-    >>> budget_for(g, 0.8), budget_for(g, 0.1)
-    (28800, 23000)
-    """
-    return max(int(fraction * baseline(graph).peak_memory), peak_lower_bound(graph))
-
-
-def tiny_budgets(graph: Graph) -> list[int]:
-    """The budgets of the exact check, from the lower bound to the baseline peak.
-
-    Every one of them when there are few, else five (both ends, one above the bound, the middle,
-    one below the peak).
-
-    Parameters
-    ----------
-    graph : Graph
-        A tiny graph.
-
-    Returns
-    -------
-    list of int
-        Bytes, ascending.
-
-    Examples
-    --------
-    >>> tiny_budgets(tiny_graph(8, seed=0))
-    [22, 23, 24, 25]
-    >>> from remat_cli.importers import generators
-    >>> tiny_budgets(generators.linear(3, seed=5))
-    [16000, 16001, 17502, 19003, 19004]
-    """
-    lo, hi = peak_lower_bound(graph), baseline(graph).peak_memory
-    if hi - lo <= 8:
-        return list(range(lo, hi + 1))
-    return sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi})
-
-
-def _fail(check: str, message: str) -> AssertionError:
-    return AssertionError(f"{check}: {message}")
-
-
-def _run(solver: Solver, graph: Graph, budget: int, **options: Any) -> tuple[SolverResult, float]:
-    """The solver's raw result (its params resolved as run_solver does) and the seconds it took."""
-    opts = solver.resolve(SolveOptions(**options))
-    t0 = time.monotonic()
-    result = solver.solve(graph, budget, opts)
-    return result, time.monotonic() - t0
-
-
-def _check_claims(
-    check: str, graph: Graph, budget: int, result: SolverResult, minimises: str = "cost"
-) -> SimResult | None:
-    """What the solver claims agrees with the simulator; returns the simulation of its steps.
-
-    `minimises` is the solver's objective: "cost" (compute) or "memory" (its footprint).
-    """
-    where = f"{graph.name} at budget {budget:,}"
-    if result.status not in ("optimal", "feasible", "infeasible", "unknown", "error"):
-        raise _fail(check, f"{where}: unknown status {result.status!r}")
-    sim = None
-    if result.steps is not None:
-        try:
-            sim = simulate(graph, result.steps)
-        except ScheduleError as e:
-            raise _fail(check, f"{where}: invalid schedule: {e}") from None
-    # a memory plan's footprint is resident bytes + its arena (docs/FORMATS.md)
-    footprint = sim.peak_memory if sim is not None else None
-    if sim is not None and result.memory_plan is not None:
-        footprint = max(sim.peak_memory, graph.resident_bytes + result.memory_plan.arena)
-    if result.status in ("optimal", "feasible"):
-        if sim is None or footprint is None:
-            raise _fail(check, f"{where}: status {result.status!r} without steps")
-        if footprint > budget:
-            raise _fail(check, f"{where}: {result.status!r} but the footprint is {footprint:,}")
-    if result.status == "infeasible" and footprint is not None and footprint <= budget:
-        raise _fail(check, f"{where}: 'infeasible' but its steps fit (footprint {footprint:,})")
-    if result.best_peak is not None:
-        if result.best_peak < peak_lower_bound(graph):
-            raise _fail(check, f"{where}: best_peak {result.best_peak:,} is below the lower bound")
-        if result.status == "infeasible" and result.best_peak <= budget:
-            raise _fail(check, f"{where}: 'infeasible' but best_peak {result.best_peak:,} fits")
-        if footprint is not None and result.best_peak > footprint:
-            raise _fail(check, f"{where}: best_peak {result.best_peak:,} above its own steps' footprint")
-    if sim is not None and footprint is not None and footprint <= budget:
-        value = float(footprint) if minimises == "memory" else sim.cost
-        tol = TOLERANCE * max(1.0, value)
-        if result.objective is not None and abs(result.objective - value) > tol:
-            raise _fail(check, f"{where}: objective {result.objective} but its steps give {value}")
-        if result.lower_bound is not None and result.lower_bound > value + tol:
-            raise _fail(check, f"{where}: lower bound {result.lower_bound} above its own {value}")
-    return sim
-
-
-def _graphs(solver: Solver, check: str, graphs: Iterable[Graph]) -> Iterator[Graph]:
-    ran = 0
-    for g in graphs:
-        if solver.supports(g) is None:
-            ran += 1
-            yield g
-    if not ran:
-        raise _fail(check, f"{solver.name} supports none of the contract graphs: nothing was checked")
+__all__ = [
+    "Check",
+    "all_checks",
+    "brute_force_min_cost",
+    "budget_for",
+    "check_costless_graph",
+    "check_describes_itself",
+    "check_deterministic",
+    "check_exact_matches_brute_force",
+    "check_hint_never_worse",
+    "check_non_recomputable_run_once",
+    "check_options_not_mutated",
+    "check_param_bounds",
+    "check_param_defaults",
+    "check_param_extremes",
+    "check_registry_entry",
+    "check_solver",
+    "check_time_limit",
+    "check_valid_within_budget",
+    "contract_graphs",
+    "parametrize_with_checks",
+    "tiny_budgets",
+    "tiny_graph",
+    "tiny_graphs",
+]
 
 
 # ---- the checks ----
@@ -287,10 +105,10 @@ def check_describes_itself(solver: Solver) -> None:
     >>> check_describes_itself(registry.get("greedy"))
     """
     if not (solver.name and solver.method and solver.paper):
-        raise _fail("check_describes_itself", "name, method and paper must be set")
+        raise fail("check_describes_itself", "name, method and paper must be set")
     names = [p.name for p in solver.params]
     if len(names) != len(set(names)):
-        raise _fail("check_describes_itself", f"duplicate parameter names in {names}")
+        raise fail("check_describes_itself", f"duplicate parameter names in {names}")
 
 
 def check_registry_entry(solver: Solver) -> None:
@@ -316,10 +134,10 @@ def check_registry_entry(solver: Solver) -> None:
         return  # an out-of-tree solver: the registry reads its class
     cls = type(solver)
     if entry.path != f"{cls.__module__}:{cls.__name__}" and not entry.path.endswith(f":{cls.__name__}"):
-        raise _fail("check_registry_entry", f"registry path {entry.path} is not {cls.__name__}")
+        raise fail("check_registry_entry", f"registry path {entry.path} is not {cls.__name__}")
     theirs = (entry.method, entry.paper, entry.exact)
     if theirs != (solver.method, solver.paper, solver.exact):
-        raise _fail("check_registry_entry", f"registry says {theirs}, the class says otherwise")
+        raise fail("check_registry_entry", f"registry says {theirs}, the class says otherwise")
 
 
 def check_param_defaults(solver: Solver) -> None:
@@ -343,14 +161,14 @@ def check_param_defaults(solver: Solver) -> None:
     """
     for p in solver.params:
         if p.type not in (int, float, str, bool):
-            raise _fail("check_param_defaults", f"{p.name}: type {p.type} is not int, float, str or bool")
+            raise fail("check_param_defaults", f"{p.name}: type {p.type} is not int, float, str or bool")
         try:
             p.check(p.default)
         except OptionError as e:
-            raise _fail("check_param_defaults", f"default of {e}") from None
+            raise fail("check_param_defaults", f"default of {e}") from None
     resolved = solver.resolve(SolveOptions())
     if set(resolved.params) != {p.name for p in solver.params}:
-        raise _fail("check_param_defaults", "resolve() does not fill in every declared option")
+        raise fail("check_param_defaults", "resolve() does not fill in every declared option")
 
 
 def check_param_bounds(solver: Solver) -> None:
@@ -384,16 +202,14 @@ def check_param_bounds(solver: Solver) -> None:
         if p.type not in (int, float):
             continue
         if p.low is None or p.high is None or not p.low <= p.default <= p.high:
-            raise _fail(
-                name, f"{p.name}: declare low <= default <= high (got {p.low}, {p.default}, {p.high})"
-            )
+            raise fail(name, f"{p.name}: declare low <= default <= high (got {p.low}, {p.default}, {p.high})")
         outside = [p.low - 1, p.high + 1] + ([float("nan"), float("inf")] if p.type is float else [])
         for value in outside:
             try:
                 p.check(p.type(value) if p.type is int else value)
             except OptionError:
                 continue
-            raise _fail(name, f"{p.name}: {value!r} is outside [{p.low:g}, {p.high:g}] but accepted")
+            raise fail(name, f"{p.name}: {value!r} is outside [{p.low:g}, {p.high:g}] but accepted")
 
 
 def check_param_extremes(solver: Solver) -> None:
@@ -418,7 +234,7 @@ def check_param_extremes(solver: Solver) -> None:
     >>> check_param_extremes(registry.get("checkpoint-all"))  # no options: nothing to run
     """
     name = "check_param_extremes"
-    g = next(_graphs(solver, name, [contract_graphs()["layered"], *contract_graphs().values()]))
+    g = next(applicable_graphs(solver, name, [contract_graphs()["layered"], *contract_graphs().values()]))
     budget = budget_for(g, 0.8)
     for p in solver.params:
         if p.type not in (int, float) or p.low is None or p.high is None:
@@ -426,14 +242,12 @@ def check_param_extremes(solver: Solver) -> None:
         for value in (p.low, p.high):
             params = {p.name: p.type(value)}
             try:
-                result, _ = _run(
+                result, _ = run_raw(
                     solver, g, budget, time_limit=TIME_LIMIT / 2, seed=0, workers=1, params=params
                 )
             except Exception as e:  # noqa: BLE001 - any exception is the finding
-                raise _fail(
-                    name, f"--{p.name.replace('_', '-')} {value:g}: {type(e).__name__}: {e}"
-                ) from None
-            _check_claims(name, g, budget, result, solver.minimises)
+                raise fail(name, f"--{p.name.replace('_', '-')} {value:g}: {type(e).__name__}: {e}") from None
+            check_claims(name, g, budget, result, solver.minimises)
 
 
 def check_valid_within_budget(solver: Solver) -> None:
@@ -469,7 +283,7 @@ def check_valid_within_budget(solver: Solver) -> None:
     AssertionError: check_valid_within_budget: linear_n5_s1 at budget 28,800: 'feasible' but the ...
     """
     name = "check_valid_within_budget"
-    for g in _graphs(solver, name, contract_graphs().values()):
+    for g in applicable_graphs(solver, name, contract_graphs().values()):
         _check_fractions(solver, name, g, FRACTIONS)
 
 
@@ -480,10 +294,10 @@ def _check_fractions(solver: Solver, name: str, g: Graph, fractions: Iterable[fl
     """
     for fraction in fractions:
         budget = budget_for(g, fraction)
-        result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
-        _check_claims(name, g, budget, result, solver.minimises)
+        result, _ = run_raw(solver, g, budget, time_limit=TIME_LIMIT, seed=0)
+        check_claims(name, g, budget, result, solver.minimises)
         if fraction == 1.0 and result.status not in ("optimal", "feasible"):
-            raise _fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
+            raise fail(name, f"{g.name}: no schedule at the baseline peak ({result.status})")
 
 
 def check_costless_graph(solver: Solver) -> None:
@@ -513,7 +327,7 @@ def check_costless_graph(solver: Solver) -> None:
     for n in data["nodes"]:
         n["cost"] = 0.0
     g = Graph.model_validate(data)
-    for _ in _graphs(solver, name, [g]):
+    for _ in applicable_graphs(solver, name, [g]):
         _check_fractions(solver, name, g, (1.0, 0.7))
 
 
@@ -539,11 +353,11 @@ def check_time_limit(solver: Solver) -> None:
     """
     name = "check_time_limit"
     limit = TIME_LIMIT
-    for g in _graphs(solver, name, [G.random_layered(80, seed=5), *contract_graphs().values()]):
-        result, seconds = _run(solver, g, budget_for(g, 0.7), time_limit=limit, seed=0)
+    for g in applicable_graphs(solver, name, [G.random_layered(80, seed=5), *contract_graphs().values()]):
+        result, seconds = run_raw(solver, g, budget_for(g, 0.7), time_limit=limit, seed=0)
         if seconds > limit + SLACK:
-            raise _fail(name, f"{g.name}: {seconds:.1f}s with --time-limit {limit:g}")
-        _check_claims(name, g, budget_for(g, 0.7), result, solver.minimises)
+            raise fail(name, f"{g.name}: {seconds:.1f}s with --time-limit {limit:g}")
+        check_claims(name, g, budget_for(g, 0.7), result, solver.minimises)
         return
 
 
@@ -577,11 +391,11 @@ def check_deterministic(solver: Solver) -> None:
     """
     name = "check_deterministic"
     graphs = contract_graphs()
-    for g in list(_graphs(solver, name, [graphs["layered"], graphs["unet"]])):
+    for g in list(applicable_graphs(solver, name, [graphs["layered"], graphs["unet"]])):
         budget = budget_for(g, 0.8)
-        runs = [_run(solver, g, budget, time_limit=TIME_LIMIT, seed=7, workers=1)[0] for _ in range(3)]
+        runs = [run_raw(solver, g, budget, time_limit=TIME_LIMIT, seed=7, workers=1)[0] for _ in range(3)]
         if any((r.status, r.steps) != (runs[0].status, runs[0].steps) for r in runs[1:]):
-            raise _fail(name, f"{g.name}: three runs with seed 7 differ")
+            raise fail(name, f"{g.name}: three runs with seed 7 differ")
 
 
 def check_options_not_mutated(solver: Solver) -> None:
@@ -603,13 +417,13 @@ def check_options_not_mutated(solver: Solver) -> None:
     >>> check_options_not_mutated(registry.get("chen-greedy"))
     """
     name = "check_options_not_mutated"
-    for g in _graphs(solver, name, contract_graphs().values()):
+    for g in applicable_graphs(solver, name, contract_graphs().values()):
         budget = budget_for(g, 0.8)
         opts = solver.resolve(SolveOptions(time_limit=TIME_LIMIT, seed=3, workers=1, hint=None))
         before = copy.deepcopy((opts.time_limit, opts.seed, opts.workers, opts.hint, opts.params))
         solver.solve(g, budget, opts)
         if (opts.time_limit, opts.seed, opts.workers, opts.hint, opts.params) != before:
-            raise _fail(name, f"{g.name}: the options were changed")
+            raise fail(name, f"{g.name}: the options were changed")
         return
 
 
@@ -640,14 +454,14 @@ def check_non_recomputable_run_once(solver: Solver) -> None:
         chain.model_dump() | {"nodes": [n.model_dump() | {"recomputable": n.id != "f2"} for n in chain.nodes]}
     )
     graphs = [chain, *(g for g in tiny_graphs() if not all(n.recomputable for n in g.nodes))]
-    for g in _graphs(solver, name, graphs):
+    for g in applicable_graphs(solver, name, graphs):
         for budget in (budget_for(g, 0.7), *tiny_budgets(g)[:2]):
-            result, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=0, workers=1)
-            _check_claims(name, g, budget, result, solver.minimises)
+            result, _ = run_raw(solver, g, budget, time_limit=TIME_LIMIT, seed=0, workers=1)
+            check_claims(name, g, budget, result, solver.minimises)
             runs = [s.node for s in result.steps or () if s.op == "compute"]
             for n in g.nodes:
                 if not n.recomputable and runs.count(n.id) > 1:
-                    raise _fail(name, f"{g.name}: {n.id} (not recomputable) ran {runs.count(n.id)} times")
+                    raise fail(name, f"{g.name}: {n.id} (not recomputable) ran {runs.count(n.id)} times")
 
 
 def check_hint_never_worse(solver: Solver) -> None:
@@ -675,19 +489,19 @@ def check_hint_never_worse(solver: Solver) -> None:
     AssertionError: check_hint_never_worse: no schedule within budget to use as a hint
     """
     name = "check_hint_never_worse"
-    for g in _graphs(solver, name, [contract_graphs()["unet"], *contract_graphs().values()]):
+    for g in applicable_graphs(solver, name, [contract_graphs()["unet"], *contract_graphs().values()]):
         budget = budget_for(g, 0.8)
-        first, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=1, workers=1)
-        sim = _check_claims(name, g, budget, first, solver.minimises)
+        first, _ = run_raw(solver, g, budget, time_limit=TIME_LIMIT, seed=1, workers=1)
+        sim = check_claims(name, g, budget, first, solver.minimises)
         if sim is None or sim.peak_memory > budget:
             continue
-        again, _ = _run(solver, g, budget, time_limit=TIME_LIMIT, seed=2, workers=1, hint=first.steps)
-        sim2 = _check_claims(name, g, budget, again, solver.minimises)
+        again, _ = run_raw(solver, g, budget, time_limit=TIME_LIMIT, seed=2, workers=1, hint=first.steps)
+        sim2 = check_claims(name, g, budget, again, solver.minimises)
         if sim2 is None or sim2.peak_memory > budget or sim2.cost > sim.cost * (1 + TOLERANCE):
             got = "nothing within budget" if sim2 is None or sim2.peak_memory > budget else sim2.cost
-            raise _fail(name, f"{g.name}: hint of cost {sim.cost}, result {got}")
+            raise fail(name, f"{g.name}: hint of cost {sim.cost}, result {got}")
         return
-    raise _fail(name, "no schedule within budget to use as a hint")
+    raise fail(name, "no schedule within budget to use as a hint")
 
 
 def check_exact_matches_brute_force(solver: Solver) -> None:
@@ -724,22 +538,22 @@ def check_exact_matches_brute_force(solver: Solver) -> None:
     AssertionError: check_exact_matches_brute_force: linear_n3_s5 at budget 16,000: 'optimal' but ...
     """
     name = "check_exact_matches_brute_force"
-    for g in _graphs(solver, name, tiny_graphs()):
+    for g in applicable_graphs(solver, name, tiny_graphs()):
         for budget in tiny_budgets(g):
             ref = brute_force_min_cost(g, budget)
-            result, _ = _run(
+            result, _ = run_raw(
                 solver, g, budget, time_limit=30.0, seed=0, workers=1, params=solver.exact_params
             )
-            sim = _check_claims(name, g, budget, result, solver.minimises)
+            sim = check_claims(name, g, budget, result, solver.minimises)
             where = f"{g.name} at budget {budget:,}"
             if ref is None:  # a schedule outside the stage space may still fit: no proof of one
                 if result.status == "optimal":
-                    raise _fail(name, f"{where}: 'optimal' where the stage space has no schedule")
+                    raise fail(name, f"{where}: 'optimal' where the stage space has no schedule")
                 continue
             if result.status != "optimal" or sim is None:
-                raise _fail(name, f"{where}: {result.status!r}, the optimum {ref} exists")
+                raise fail(name, f"{where}: {result.status!r}, the optimum {ref} exists")
             if abs(sim.cost - ref) > TOLERANCE * max(1.0, ref):
-                raise _fail(name, f"{where}: 'optimal' at cost {sim.cost}, brute force {ref}")
+                raise fail(name, f"{where}: 'optimal' at cost {sim.cost}, brute force {ref}")
 
 
 def all_checks(solver: Solver) -> list[Check]:
@@ -844,101 +658,3 @@ def parametrize_with_checks(
         for c in all_checks(s)
     ]
     return pytest.mark.parametrize("solver, check", cases)
-
-
-# ---- the exhaustive reference of the exact checks ----
-def brute_force_min_cost(graph: Graph, budget: int) -> float | None:
-    """The least cost of any schedule of the fixed-order stage space within `budget`, by brute force.
-
-    None when there is none. Dijkstra's algorithm over explicit memory states; it shares no code
-    with the solvers. Use it on graphs of up to ~8 nodes.
-
-    The space, precisely. Let n_0 … n_{T−1} be the nodes some graph output needs, in the graph's
-    `order`. A schedule is T stages; stage t visits positions 0 … t in increasing order and at
-    each position p may compute n_p, and must compute n_t at position t (the "frontier-advancing"
-    stages of Checkmate: R[t,t] = 1, R[t,p] = 0 for p > t). So each node runs first in stage t =
-    its index, and any earlier node may be recomputed in any later stage, at most once per stage,
-    in `order`. A node with ``recomputable=False`` runs only at its own stage. Between any two
-    positions (and before the first / after the last) any set of live intermediate values may be
-    freed. A compute needs all its inputs live and none of its outputs live; the memory at that
-    instant is the live bytes (inputs and parameters always included) + its outputs + its
-    workspace and must not exceed `budget`. At the end every graph output must be live.
-
-    This works on values, not on the per-node blocks of ``Graph.node_view``: for graphs whose
-    nodes have one output each the two coincide, so a per-node-block MILP (Checkmate, Moccasin)
-    must reach exactly this optimum there; with multi-output nodes this optimum can only be lower.
-
-    Parameters
-    ----------
-    graph : Graph
-        A graph of up to ~8 nodes (the states grow as 2 to the number of values).
-    budget : int
-        Bytes.
-
-    Returns
-    -------
-    float or None
-        The least total cost, or None when no schedule of the space fits.
-
-    Examples
-    --------
-    >>> g = tiny_graph(8, seed=0)
-    >>> [brute_force_min_cost(g, b) for b in tiny_budgets(g)]
-    [None, 39.0, 34.0, 25.0]
-    """
-    order = graph.needed_order
-    nodes = [graph.node_map[n] for n in order]
-    T = len(nodes)
-    vm = graph.value_map
-    resident = graph.resident_bytes
-    if resident > budget:
-        return None
-    if T == 0:
-        return 0.0
-    # intermediate values of the needed nodes, as bit positions
-    vals = [v for n in nodes for v in n.outputs]
-    bit = {v: 1 << k for k, v in enumerate(vals)}
-    size = [vm[v].size for v in vals]
-    ins = [sum(bit[v] for v in n.inputs if v in bit) for n in nodes]
-    outs = [sum(bit[v] for v in n.outputs) for n in nodes]
-    out_bytes = [sum(vm[v].size for v in n.outputs) for n in nodes]
-    final = sum(bit[v] for v in graph.outputs if v in bit)
-
-    def live_bytes(live: int) -> int:
-        return resident + sum(size[k] for k in range(len(vals)) if live >> k & 1)
-
-    start = (0, 0, 0)  # (stage, position, live bitmask)
-    dist = {start: 0.0}
-    heap: list[tuple[float, int, tuple[int, int, int]]] = [(0.0, 0, start)]
-    tick = itertools.count(1)
-
-    def push(state: tuple[int, int, int], c: float) -> None:
-        if c < dist.get(state, float("inf")) - 1e-12:
-            dist[state] = c
-            heapq.heappush(heap, (c, next(tick), state))
-
-    while heap:
-        c, _, state = heapq.heappop(heap)
-        if c > dist.get(state, float("inf")) + 1e-12:
-            continue
-        t, p, live = state
-        if t == T:
-            if live & final == final:
-                return c
-            continue
-        # free one live value (sets of frees are sequences of single frees)
-        rest = live
-        while rest:
-            low = rest & -rest
-            push((t, p, live & ~low), c)
-            rest &= rest - 1
-        nxt = (t, p + 1) if p < t else (t + 1, 0)
-        # skip position p (only before the frontier)
-        if p < t:
-            push((*nxt, live), c)
-        # compute n_p
-        if p == t or nodes[p].recomputable:
-            ok = ins[p] & live == ins[p] and not (outs[p] & live)
-            if ok and live_bytes(live) + out_bytes[p] + nodes[p].workspace <= budget:
-                push((*nxt, live | outs[p]), c + nodes[p].cost)
-    return None

@@ -52,7 +52,7 @@ SHIPPED = [ROOT / "graphs" / f"torch_{n}_train.onnx" for n in ("mlp", "unet", "t
 #: to the OS, as remat run measures; glibc: the allocator as a deployment has it), the rows and
 #: their session settings, each group's times interleaved with its own reference
 GROUPS = {
-    # remat's replay settings are the deployed ones (session.session_options): one row for both
+    # remat's replay settings are the deployed ones (ort.session_options): one row for both
     "mmap64k": [
         ("deployed", "deployed"),
         ("plan", "plan"),

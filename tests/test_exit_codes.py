@@ -20,7 +20,7 @@ from onnx import helper as oh
 from remat_cli.cli import main
 from remat_cli.importers.generators import linear
 from remat_cli.importers.onnx import from_onnx_file
-from remat_cli.runtime.session import CUDA_INSTALL, cuda_install_hint
+from remat_cli.runtime.ort import CUDA_INSTALL, cuda_install_hint
 
 
 def invoke(*args: str | Path) -> tuple[int, str, list[str]]:

@@ -29,7 +29,7 @@ from remat_cli.importers import load_graph
 from remat_cli.importers.notes import OpsetUpgraded
 from remat_cli.importers.onnx import MIN_OPSET, onnx_node_ids, upgrade_opset
 from remat_cli.runtime.model import scheduled_model
-from remat_cli.runtime.session import session_options
+from remat_cli.runtime.ort import session_options
 from remat_cli.schedule import Schedule, simulate
 
 F = TensorProto.FLOAT

@@ -25,7 +25,8 @@ from remat_cli.importers.onnx import fit_ir_version, from_onnx_file, runtime_ir_
 from remat_cli.runtime import ModelMismatch, RuntimeUnavailable, run_schedule
 from remat_cli.runtime.interpret import Interpreter, interpret
 from remat_cli.runtime.model import make_inputs, scheduled_model
-from remat_cli.runtime.session import executed_order, session_options
+from remat_cli.runtime.ort import session_options
+from remat_cli.runtime.session import executed_order
 from remat_cli.schedule import Schedule, Step, baseline, baseline_steps, simulate, steps_from_sequence
 from remat_cli.solver import SolveOptions, SolverResult
 

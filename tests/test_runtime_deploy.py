@@ -31,7 +31,8 @@ from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.runtime import PlanExecutor, run_schedule
 from remat_cli.runtime.deploy import ORT_CONFIG, PLAN_KEY, deployed_session, read_metadata
 from remat_cli.runtime.model import make_inputs, recomputed_copies
-from remat_cli.runtime.session import measure, open_session, session_options
+from remat_cli.runtime.ort import open_session, session_options
+from remat_cli.runtime.session import measure
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
 

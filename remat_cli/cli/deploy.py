@@ -30,7 +30,7 @@ def optimize_command(model_path: str, output: str, level: str, provider: str) ->
     deployment runs: solve, run and apply it like any model."""
     from remat_cli.cli.common import BadInput, check_writable, err, friendly_errors
     from remat_cli.runtime.optimize import OptimizeRefused, optimize_model
-    from remat_cli.runtime.session import RuntimeUnavailable
+    from remat_cli.runtime.ort import RuntimeUnavailable
 
     @friendly_errors
     def go() -> None:
@@ -80,7 +80,7 @@ def apply_command(
         read_schedule,
     )
     from remat_cli.runtime.deploy import ApplyRefused, apply_schedule
-    from remat_cli.runtime.session import RuntimeUnavailable
+    from remat_cli.runtime.ort import RuntimeUnavailable
 
     @friendly_errors
     def go() -> None:

@@ -49,7 +49,7 @@ def profile_command(
     from remat_cli.importers.onnx import fit_ir_version
     from remat_cli.runtime import ModelMismatch, RunFailed, RuntimeUnavailable
     from remat_cli.runtime.device_profile import parse_devices, profile_devices
-    from remat_cli.runtime.session import unloadable
+    from remat_cli.runtime.ort import unloadable
 
     @friendly_errors
     def go() -> None:

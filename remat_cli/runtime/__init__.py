@@ -4,9 +4,9 @@ deployment (`remat optimize`, `remat apply`, the plan executor)."""
 from remat_cli.runtime.deploy import Applied, ApplyRefused, apply_schedule, deployed_session
 from remat_cli.runtime.model import ModelMismatch
 from remat_cli.runtime.optimize import Optimized, OptimizeRefused, optimize_model
+from remat_cli.runtime.ort import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.runtime.plan_executor import PlanExecutor
 from remat_cli.runtime.replay import RunReport, load_schedule, run_schedule
-from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 
 __all__ = [
     "Applied",

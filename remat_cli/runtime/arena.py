@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from remat_cli.runtime.interpret import Interpreter
-from remat_cli.runtime.session import RunFailed
+from remat_cli.runtime.ort import RunFailed
 from remat_cli.schedule import MemoryPlan, Step
 
 

@@ -85,9 +85,9 @@ def _value(v: Any) -> Any:
 
 
 def deployed_options(threads: int = 1) -> dict[str, Any]:
-    """The deployed settings (:func:`remat_cli.runtime.session.session_options`, ``deployed``)
+    """The deployed settings (:func:`remat_cli.runtime.ort.session_options`, ``deployed``)
     as JSON: the attributes in :data:`OPTIONS` and the config entries."""
-    from remat_cli.runtime.session import session_options
+    from remat_cli.runtime.ort import session_options
 
     so = session_options(threads, settings="deployed")
     opts: dict[str, Any] = {a: _value(getattr(so, a)) for a in OPTIONS}
@@ -286,8 +286,8 @@ def _outputs_agree(
     deployed settings, both with their random ops seeded alike: (bitwise equal on the CPU, within
     numpy.allclose elsewhere; the largest difference)."""
     from remat_cli.runtime.model import make_inputs, seed_random_ops
+    from remat_cli.runtime.ort import open_session, session_options
     from remat_cli.runtime.report import compare_outputs
-    from remat_cli.runtime.session import open_session, session_options
 
     feeds = make_inputs(model, seed=seed, graph=graph)
     results = []

@@ -29,7 +29,7 @@ from remat_cli.graph import Graph
 from remat_cli.runtime.devices import Placement, place, transfer
 from remat_cli.runtime.interpret import Interpreter
 from remat_cli.runtime.model import make_inputs
-from remat_cli.runtime.session import RunFailed, RuntimeUnavailable
+from remat_cli.runtime.ort import RunFailed, RuntimeUnavailable
 
 #: bytes of the float32 tensors timed per link: latency dominates the first, bandwidth the last
 COPY_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)

@@ -39,6 +39,7 @@ from remat_cli.importers.onnx import fit_ir_version
 from remat_cli.runtime.interpret import Interpreter, alternate
 from remat_cli.runtime.model import ModelMismatch, make_inputs
 from remat_cli.runtime.node_sessions import ReplayClock
+from remat_cli.runtime.ort import RunFailed, RuntimeUnavailable, cuda_install_hint
 from remat_cli.runtime.report import (
     RunReport,
     build_report,
@@ -47,7 +48,6 @@ from remat_cli.runtime.report import (
     megabytes,
     predicted_figures,
 )
-from remat_cli.runtime.session import RunFailed, RuntimeUnavailable, cuda_install_hint
 from remat_cli.schedule import Schedule, ScheduleError, Step, baseline_steps, simulate
 
 #: device kind -> the onnxruntime provider that runs it

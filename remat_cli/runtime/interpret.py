@@ -22,7 +22,7 @@ from remat_cli.graph import Graph
 from remat_cli.importers.onnx import draws_random
 from remat_cli.runtime.model import elem_types, node_table, single_node_model, view_values
 from remat_cli.runtime.node_sessions import Entry, NodeSessions, ReplayClock, device_short
-from remat_cli.runtime.session import RunFailed, check_cuda_session, cuda_providers
+from remat_cli.runtime.ort import RunFailed, check_cuda_session, cuda_providers
 from remat_cli.schedule import Step
 
 #: what one replay reports as its peak: bytes, or per device (runtime/devices.py)

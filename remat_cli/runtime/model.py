@@ -76,7 +76,7 @@ def scheduled_model(
     (``<tensor>__remat<k>``); every later node reads the newest copy. The last production of
     a tensor keeps its original name, so graph outputs stay as they are. onnxruntime frees a
     tensor after its last reader in execution order, so with the order kept (see
-    :func:`remat_cli.runtime.session.session_options`) the original copy of a recomputed
+    :func:`remat_cli.runtime.ort.session_options`) the original copy of a recomputed
     tensor dies at its last use before the recomputation — what the schedule's frees say.
     Free steps later than the last use are not modelled (onnxruntime frees earlier).
     """

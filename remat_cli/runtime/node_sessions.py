@@ -87,7 +87,8 @@ class ReplayClock:
 def device_short(device_id: int, reserve: float = RESERVE) -> Callable[[], bool]:
     """True while GPU `device_id` has less than `reserve` of its memory free; never, where
     neither the CUDA runtime nor NVML can say (every session is kept, as before the pool)."""
-    from remat_cli.runtime.session import RuntimeUnavailable, device_memory
+    from remat_cli.runtime.ort import RuntimeUnavailable
+    from remat_cli.runtime.session import device_memory
 
     def short() -> bool:
         try:

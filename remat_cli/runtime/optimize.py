@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from remat_cli.runtime.session import RuntimeUnavailable, cuda_install_hint, first_line
+from remat_cli.runtime.ort import RuntimeUnavailable, cuda_install_hint, first_line
 
 Level = Literal["basic", "extended", "all"]
 LEVELS: tuple[Level, ...] = ("basic", "extended", "all")

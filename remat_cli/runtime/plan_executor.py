@@ -25,7 +25,7 @@ import onnx
 from onnx import helper as oh
 
 from remat_cli.runtime.deploy import PLAN_KEY, read_metadata
-from remat_cli.runtime.session import RunFailed, open_session, session_options
+from remat_cli.runtime.ort import RunFailed, open_session, session_options
 
 
 class PlanExecutor:

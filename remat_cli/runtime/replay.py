@@ -33,6 +33,14 @@ from remat_cli.runtime.model import (
     scheduled_model,
     seed_random_ops,
 )
+from remat_cli.runtime.ort import (
+    ModelRejected,
+    RunFailed,
+    RuntimeUnavailable,
+    first_line,
+    session_options,
+    unloadable,
+)
 from remat_cli.runtime.report import (
     Measured,
     Mode,
@@ -43,7 +51,6 @@ from remat_cli.runtime.report import (
     measured_figures,
     predicted_figures,
 )
-from remat_cli.runtime.session import ModelRejected, RunFailed, RuntimeUnavailable
 from remat_cli.schedule import Schedule, ScheduleError, baseline, baseline_steps, simulate
 
 __all__ = ["ModelMismatch", "ModelRejected", "RunFailed", "RunReport", "RuntimeUnavailable", "run_schedule"]
@@ -73,7 +80,7 @@ def prepare_model(model_path: str | Path, notes: list[str]) -> Prepared:
         loaded = onnx.load(str(model_path))
     except Exception as e:  # protobuf's parse errors: e.g. a remat-graph JSON given as the model
         raise ModelMismatch(
-            f"{model_path} is not an ONNX model (remat run replays ONNX): {session.first_line(e)}"
+            f"{model_path} is not an ONNX model (remat run replays ONNX): {first_line(e)}"
         ) from None
     model, old_opset = upgrade_opset(loaded)
     model = fit_ir_version(model)
@@ -357,7 +364,7 @@ def _blame_model(model_path: Path, loaded: onnx.ModelProto, threads: int) -> Non
     """After a failed run: ModelRejected (bad input, exit 2) where the user's own model does not
     load in onnxruntime either (an operator of a custom domain it has no kernel for), so that
     RunFailed (exit 1) stays a failure of the run itself (a kernel failing, memory running out)."""
-    if why := session.unloadable(model_path, loaded, threads):
+    if why := unloadable(model_path, loaded, threads):
         raise ModelRejected(why)
 
 
@@ -368,9 +375,7 @@ def _run_original(
     import onnxruntime as ort
 
     try:
-        sess = ort.InferenceSession(
-            source, session.session_options(threads), providers=["CPUExecutionProvider"]
-        )
+        sess = ort.InferenceSession(source, session_options(threads), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         wanted = {i.name for i in sess.get_inputs()}
         return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True))

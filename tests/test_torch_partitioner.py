@@ -60,12 +60,13 @@ def test_gradients_equal_eager_under_aot_eager(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp", "resnet18", "unet", "decoder"])
-def test_gradients_equal_eager_under_inductor(name, monkeypatch):
+def test_gradients_equal_eager_under_inductor(name):
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's dropout masks
-    monkeypatch.setattr(inductor_config, "force_disable_caches", True)  # the partitioner runs
-    check_equal_to_eager(name, "inductor")
+    # eager's dropout masks; no cache, so the partitioner runs. inductor's own patch restores its
+    # config (a monkeypatched config module loses the option on teardown)
+    with inductor_config.patch(fallback_random=True, force_disable_caches=True):
+        check_equal_to_eager(name, "inductor")
 
 
 def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():

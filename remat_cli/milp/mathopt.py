@@ -18,10 +18,8 @@ from remat_cli.schedule import relative_gap
 
 _FEASIBLE = 2  # SolutionStatusProto.SOLUTION_STATUS_FEASIBLE
 #: seconds an engine spends outside its own time limit per constraint nonzero (loading the model,
-#: uninterruptible presolve steps), measured on the Checkmate model of RL n250 (2.3 M nonzeros)
-#: on the loaded 2-core machine: a 5 s limit returned after 19 s on SCIP, 8 s on HiGHS; PDLP on
-#: RL n1000's live LP (22.5 M nonzeros), the 2-core machine alone: a 48 s limit returned after
-#: 82 s (13 s of it the proto build), and after 61 s when the engine was given 12.5 s of it
+#: uninterruptible presolve steps), measured on Checkmate models of millions of nonzeros: the
+#: engine is given its limit less this, so that the whole solve keeps the caller's limit
 LOAD_SECONDS_PER_NONZERO = {"scip": 6e-6, "highs": 1.5e-6, "pdlp": 1.6e-6}
 #: building the ModelProto from the arrays (model_proto), per nonzero: 13 s for 22.5 M
 PROTO_SECONDS_PER_NONZERO = 6e-7

@@ -37,9 +37,9 @@ instant (``build_model(memory="live")``). Every MILP solution satisfies them, so
 still a lower bound; it is within 1% of the full LP's value on RL n100 (1.2024% vs 1.2115%
 overhead at 80%).
 
-Which LP engine (``--lp-engine``): HiGHS dual simplex up to 300 nodes (RL n250's live LP in
-14–42 s on the loaded 2-core machine); above, OR-Tools' PDLP (first-order primal-dual,
-:mod:`remat_cli.milp.engine`), because simplex and barrier do not finish these LPs on two cores
+Which LP engine (``--lp-engine``): HiGHS dual simplex up to 300 nodes; above, OR-Tools' PDLP
+(first-order primal-dual, :mod:`remat_cli.milp.engine`), because simplex and barrier do not
+finish these LPs in a usable time
 (RL n500: 1.4 M rows, 5.1 M nonzeros — HiGHS returns nothing in 130 s, nor its IPX in 240 s;
 CM2's 0.5 M rows likewise in 120 s). PDLP's point is approximate, which the rounding does not
 mind, and its bound is the Lagrangian bound of its dual multipliers
@@ -70,9 +70,8 @@ from remat_cli.solvers.checkmate.decode import (
 )
 from remat_cli.solvers.checkmate.model import PAPER, CheckmateModel, Stages, build_model, stages_of
 
-#: above this many stages checkmate-lp relaxes the "live" model with PDLP: RL n250 at 81%
-#: (T = 250) took 42 s with HiGHS dual simplex on the loaded 2-core machine, the full model not
-#: in 150 s; RL n100: live LP value 1.2024% vs 1.2115% overhead for the full one.
+#: above this many stages checkmate-lp relaxes the "live" model, whose LP simplex still solves
+#: where the full model's does not, at a value within about 1% of the full one's
 LIVE_ABOVE_T = 150
 #: above this many stages the LPs go to PDLP: HiGHS solves RL n250's live LP (T = 250) in
 #: 14–42 s, but not CM2's (T = 353) or RL n500's in 120–240 s (dual simplex or IPX)

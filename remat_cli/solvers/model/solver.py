@@ -33,9 +33,7 @@ recomputation, in three stages sharing the time limit:
    on the best order, ruin and recreate again and the exact engine (CP-SAT
    ``AddNoOverlap2D``). Each step is skipped once the arena is within --gap of the bound, and
    the heuristics and the walk stop on counts of fruitless tries, not on shares of the time
-   limit: on the shipped ResNet step and the exported transformer and VGG-11 steps (b32) the
-   solve went from 18.4, 15.7 and 13.5 s to 10.2, 1.8 and 9.1 s (back to back on one core of
-   the loaded 2-core machine, --workers 1, alignment 64), arenas no larger.
+   limit, which makes them faster and keeps a seeded run repeatable.
 3. §4.4 program (9) (`joint.py`): only when the arena is still above the bound, CP-SAT over
    order and addresses together, warm-started from stage 2.
 
@@ -44,9 +42,7 @@ Why CP-SAT and not the paper's big-M MILP (both are here; ``--address-engine mil
 order plus a pair of binaries per pair of tensors that may be live together, and its big-M rows
 give an LP bound near 0, so the bound comes only from branching; CP-SAT's interval variables
 need one position per operator and one box per tensor, and the cumulative relaxation proves
-the fragmentation-free peak at once. Measured (bench/model.py, loaded 2-core machine): with the
-order fixed, CP-SAT proved torch_mlp_train's arena optimal in 0.45 s where the MILP on HiGHS
-had not improved the greedy start after 20 s (see `addresses.py`).
+the fragmentation-free peak at once (bench/model.py compares the two engines).
 
 Every CP-SAT model stops on a stall (`cpsat.run`: rounds of deterministic time, so a seed
 repeats, while each finds a smaller objective), not only on the time limit: on ResNet-18 b32
@@ -97,16 +93,15 @@ from remat_cli.solvers.model.ordering import (
 from remat_cli.solvers.model.plateau import joint_walk, plateau_walk
 
 DEFAULT_TIME_LIMIT = 60.0
-#: program (9) is built only up to this many tensors: on torch_resnet_train (629 tensors) CP-SAT's
-#: presolve of the joint model alone ran ~80 s past an 18 s limit on the loaded 2-core machine
+#: program (9) is built only up to this many tensors: above, CP-SAT's presolve of the joint model
+#: alone can run far past the time limit
 JOINT_MAX_TENSORS = 400
 #: seeded single-worker solves of graphs up to this many operators stop on counts, not the clock
 CLOCK_FREE_OPS = 100
 #: CP-SAT's stall rounds (`cpsat.run`) in units of deterministic time per second of the solve's
 #: time limit (the limit, not the time left, so that a seed repeats): with a 30 s limit 1.0 for the
-#: order model (about 5 s on ResNet-18 b32, loaded 2-core machine), 0.6 for the address model
-#: (about 7 s on VGG-11 b1, where its last solution came at 8.5 s of 14) and 3.0 for program (9)
-#: (whose presolve and warm start take about 2 of them on VGG-11 b1)
+#: order model, 0.6 for the address model and 3.0 for program (9), whose presolve and warm start
+#: take about 2 of them
 ORDER_STALL, ADDRESS_STALL, JOINT_STALL = 1 / 30, 1 / 60, 1 / 10
 #: above this gap (arena over the order bound) after the plateau walk, the joint walk
 #: (`plateau.joint_walk`) runs: half the issue's bar (1% measured), since the walk still gains

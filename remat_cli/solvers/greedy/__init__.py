@@ -29,8 +29,9 @@ of the exact solvers. Two families, both keeping the graph's `order` for first c
 Each compute sequence is decoded with `steps_from_sequence` (frees at last use) and simulated.
 Deterministic: no randomness, ties go to the lowest index.
 
-Speed (it is `auto`'s warm start): split-shallow runs first and its cost bounds the others, which
-are abandoned once their sequence costs more (branch and bound: the cheapest result is the same);
+Speed (it is `auto`'s warm start): on small programs split-shallow runs first, on large ones the
+DTR runs do; the cheapest cost so far bounds the later runs, which are abandoned once their
+sequence costs more (branch and bound: the cheapest result is the same up to ties);
 the e* walk and the split planner's excess sum are numba kernels (cached on disk). When no
 strategy fits in the graph's order, they run again in a low-memory topological order
 (`arrays.low_memory_order`), which fits RL n250 at 70%.
@@ -59,6 +60,9 @@ from remat_cli.solvers.greedy.split import SPLIT_DEPTH, run_split
 #: "auto" leaves the split strategies out above this many computes: each split round decodes
 #: the whole sequence again, so the pass is quadratic (2,000 nodes: a minute; 100,000: days)
 SPLIT_MAX_PROGRAM = 5_000
+#: up to this many computes, "auto" runs the split strategies before the DTR ones: a split run
+#: then costs less than a DTR run, and the cheapest split schedule abandons the DTR runs early
+SPLIT_FIRST_MAX_PROGRAM = 1_500
 
 __all__ = ["STRATEGIES", "TARGETS", "Greedy", "evict_in_order", "low_memory_order"]
 
@@ -163,9 +167,13 @@ class Greedy(Solver):
             )
         choice = options.params["strategy"]
         # dtr-estar (online staleness) never won on the benchmarks and thrashes: asked for only.
-        # The DTR runs (linear) go first: their cost bounds, and so cuts short, the quadratic
-        # split pass, which on a 12-layer decoder at 50% spent 14 s to end over the budget.
-        strategies = (*STRATEGIES[2:4], *STRATEGIES[:2]) if choice == "auto" else (choice,)
+        # Whichever family is cheaper to run goes first, so that its cost bounds (and cuts short)
+        # the other's runs: on small programs the split pass, on large ones the DTR runs (linear),
+        # which bound the quadratic split pass (on a 12-layer decoder at 50% it spent 14 s to end
+        # over the budget).
+        split_first = len(graph.needed_nodes) <= SPLIT_FIRST_MAX_PROGRAM
+        ordered = STRATEGIES[:4] if split_first else (*STRATEGIES[2:4], *STRATEGIES[:2])
+        strategies = ordered if choice == "auto" else (choice,)
         if choice == "auto" and len(graph.needed_nodes) > SPLIT_MAX_PROGRAM:
             strategies = tuple(x for x in strategies if not x.startswith("split"))
 

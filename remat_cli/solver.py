@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from remat_cli.graph import Graph
-from remat_cli.schedule import MemoryPlan, Status, Step
+from remat_cli.schedule import MemoryPlan, SimResult, Status, Step
 
 Availability = Literal["available", "missing engine", "licence-limited"]
 
@@ -381,6 +381,52 @@ class SolverResult:
     message: str | None = None
     best_peak: int | None = None
     memory_plan: MemoryPlan | None = None
+
+
+def cheapest_fitting(
+    budget: int, tried: list[tuple[list[Step], SimResult, str]], options: SolveOptions
+) -> SolverResult:
+    """The result of a solver that builds a few candidate schedules and keeps one.
+
+    The cheapest candidate whose peak fits `budget` is "feasible" (and the incumbent); when none
+    fits, the one with the lowest peak is "infeasible" with that peak as `best_peak`.
+
+    Parameters
+    ----------
+    budget : int
+        The memory budget in bytes.
+    tried : list of (steps, simulation, description)
+        Each candidate's steps, their simulation and a short phrase saying how it was built.
+    options : SolveOptions
+        The solve's options (the feasible candidate is reported through ``options.incumbent``).
+
+    Returns
+    -------
+    SolverResult
+
+    Examples
+    --------
+    >>> from remat_cli.importers import generators
+    >>> from remat_cli.schedule import baseline_steps, simulate
+    >>> g = generators.linear(4, seed=0)
+    >>> steps = baseline_steps(g)
+    >>> sim = simulate(g, steps)
+    >>> cheapest_fitting(sim.peak_memory - 1, [(steps, sim, "baseline")], SolveOptions()).status
+    'infeasible'
+    """
+    fitting = [t for t in tried if t[1].peak_memory <= budget]
+    if fitting:
+        steps, sim, how = min(fitting, key=lambda t: (t[1].cost, t[1].peak_memory))
+        options.incumbent(steps)
+        return SolverResult(steps=steps, status="feasible", objective=sim.cost, message=how)
+    steps, sim, how = min(tried, key=lambda t: (t[1].peak_memory, t[1].cost))
+    return SolverResult(
+        steps=steps,
+        status="infeasible",
+        objective=sim.cost,
+        best_peak=sim.peak_memory,
+        message=f"lowest peak {sim.peak_memory:,} B ({how}) is over the budget",
+    )
 
 
 class Solver(ABC):

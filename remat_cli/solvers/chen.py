@@ -27,7 +27,7 @@ import math
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import SimResult, Step, simulate, steps_from_sequence
-from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import Param, SolveOptions, Solver, SolverResult, cheapest_fitting
 
 #: chen-greedy skips a checkpoint set whose sequence computes more than this many times the nodes
 MAX_GROWTH = 3
@@ -175,24 +175,6 @@ _NOTES = (
 )
 
 
-def _result(
-    graph: Graph, budget: int, tried: list[tuple[list[Step], SimResult, str]], options: SolveOptions
-) -> SolverResult:
-    fitting = [t for t in tried if t[1].peak_memory <= budget]
-    if fitting:
-        steps, sim, how = min(fitting, key=lambda t: (t[1].cost, t[1].peak_memory))
-        options.incumbent(steps)
-        return SolverResult(steps=steps, status="feasible", objective=sim.cost, message=how)
-    steps, sim, how = min(tried, key=lambda t: (t[1].peak_memory, t[1].cost))
-    return SolverResult(
-        steps=steps,
-        status="infeasible",
-        objective=sim.cost,
-        best_peak=sim.peak_memory,
-        message=f"lowest peak {sim.peak_memory} ({how}) is over the budget",
-    )
-
-
 class ChenSqrtN(Solver):
     """Every ⌊√n⌋-th articulation point of the forward pass is a checkpoint (Chen et al. §4.1).
     solve(): "feasible" when that schedule fits the budget, else "infeasible" with its steps
@@ -215,7 +197,7 @@ class ChenSqrtN(Solver):
         how = f"{len(checkpoints)} checkpoints, every {k}-th of {len(cands)} {kind}"
         if not passes.has_phases:
             how += "; no backward pass: order treated as the forward pass"
-        return _result(graph, budget, [(steps, sim, how)], options)
+        return cheapest_fitting(budget, [(steps, sim, how)], options)
 
 
 class ChenGreedy(Solver):
@@ -269,4 +251,4 @@ class ChenGreedy(Solver):
                 tried.append((steps, sim, f"b={b} bytes, {len(checkpoints)} checkpoints at {kind}"))
                 if sim.peak_memory <= budget:
                     options.progress(incumbent=sim.cost)
-        return _result(graph, budget, tried, options)
+        return cheapest_fitting(budget, tried, options)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from remat_cli.graph import Graph
 from remat_cli.schedule import simulate, steps_from_sequence
-from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult
+from remat_cli.solver import OptionError, Param, SolveOptions, Solver, SolverResult, cheapest_fitting
 from remat_cli.solvers.blocks.structure import NoBlocks, Passes, blocks_of, module_lists
 
 
@@ -110,13 +110,4 @@ class Blocks(Solver):
         steps = steps_from_sequence(graph, sequence(graph, passes, segments(blocks, every)))
         sim = simulate(graph, steps)
         how = f"{len(blocks)} blocks of {path}" + (f", a checkpoint every {every}" if every > 1 else "")
-        if sim.peak_memory <= budget:
-            options.incumbent(steps)
-            return SolverResult(steps=steps, status="feasible", objective=sim.cost, message=how)
-        return SolverResult(
-            steps=steps,
-            status="infeasible",
-            objective=sim.cost,
-            best_peak=sim.peak_memory,
-            message=f"peak {sim.peak_memory:,} B ({how}) is over the budget",
-        )
+        return cheapest_fitting(budget, [(steps, sim, how)], options)

@@ -170,7 +170,7 @@ def test_remat_run_replays_blocks_with_matching_outputs(tmp_path: Path) -> None:
         env=env,
     )
     p = subprocess.run(
-        [*cli, "run", str(DECODER), str(schedule), "--repeat", "1", "--warmup", "0", "--json"],
+        [*cli, "run", str(DECODER), str(schedule), "--repeat", "1", "--warmup", "0", "--no-ort-defaults", "--json"],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
     report = json.loads(p.stdout)

@@ -130,7 +130,7 @@ def test_import_solve_validate_run(old_file: tuple[int, Path], tmp_path: Path) -
     assert code == 0, err
     assert err.splitlines()[0] == NOTE.format(opset) and "valid" in err
 
-    code, out, err = cli("run", path, sched, "--repeat", "1", "--warmup", "0", "--json")
+    code, out, err = cli("run", path, sched, "--repeat", "1", "--warmup", "0", "--no-ort-defaults", "--json")
     assert code == 0, err
     report = json.loads(out)
     assert report["outputs_match"] and report["max_abs_diff"] == 0.0
@@ -144,7 +144,9 @@ def test_interpret_mode_matches_the_original(tmp_path: Path) -> None:
     onnx.save(old_model(9), str(path))
     sched = tmp_path / "s.json"
     assert cli("solve", path, "-b", "80%", "-q", "-o", sched)[0] == 0
-    code, out, err = cli("run", path, sched, "--mode", "interpret", "--repeat", "1", "--json")
+    code, out, err = cli(
+        "run", path, sched, "--mode", "interpret", "--repeat", "1", "--warmup", "0", "--json"
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["outputs_match"]

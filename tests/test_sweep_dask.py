@@ -40,8 +40,9 @@ def cluster():  # noqa: ANN201
 def _cells():  # noqa: ANN202
     graphs = [generators.linear(6, seed=1), generators.random_layered(24, seed=3)]
     entries = [GraphEntry.of(f"g{i}.json", g) for i, g in enumerate(graphs)]
-    solvers = ["greedy", "checkpoint-all", "chen-sqrtn", "fastsa"]
-    cells = make_cells(entries, ["100%", "70%"], solvers, seed=7, time_limit=3)
+    # two deterministic solvers (field by field) and a time-limited one (by status), 1 s each
+    solvers = ["greedy", "chen-sqrtn", "fastsa"]
+    cells = make_cells(entries, ["100%", "70%"], solvers, seed=7, time_limit=1)
     return cells, {e.sha256: g for e, g in zip(entries, graphs, strict=True)}
 
 

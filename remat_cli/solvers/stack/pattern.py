@@ -18,7 +18,8 @@ the closure form of Checkmate's recomputation constraints (Jain et al., MLSys'20
 reduced to one stage: the block's backward, where every dropped value is made again once. The
 model has one variable per node and value of one block (a few dozen), so CP-SAT proves each cap
 in milliseconds; the front comes from solving it for decreasing caps (each time below the last
-point's bytes), every point the cheapest pattern within its bytes and the smallest among equals.
+point's bytes), every point the cheapest pattern within its bytes and the smallest among equals;
+points that save almost nothing over a smaller one are left out (`thin`).
 
 Blocks are matched node by node through a key that does not depend on the block's index: the
 node's scope below the block, its op and how many nodes of that scope and op came before it in
@@ -37,7 +38,9 @@ from remat_cli.graph import Graph
 #: CP-SAT's time per cap (seconds); the model is tiny and proves optimality far sooner
 CAP_SECONDS = 2.0
 #: costs are scaled to integers: this many units for the whole block's forward cost
-COST_UNITS = 10**7
+COST_UNITS = 10**6
+#: points of the front closer in cost than this share of the block's forward cost are one
+THIN = 0.005
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def node_keys(graph: Graph, block: list[str], prefix: str) -> dict[str, tuple]:
     for n in block:
         node = graph.node_map[n]
         scope = node.scope or ""
-        rel = scope[len(prefix) :] if scope.startswith(prefix) else scope
+        rel = scope[len(prefix) :] if (scope + ".").startswith(prefix) else scope
         k = (rel, node.op)
         out[n] = (*k, seen[k])
         seen[k] += 1
@@ -108,40 +111,35 @@ def front(graph: Graph, block: list[str], saved: list[str], keys: dict[str, tupl
                 continue  # resident, or made outside the block and kept there
             m.add(r[n] <= r[p] + k[u] if u in k else r[n] <= r[p])
     size = {v: graph.value_map[v].size for v in saved}
-    kept = sum(size[v] * k[v] for v in saved)
-    cost = sum(round(nm[n].cost * unit) * r[n] for n in block)
+    total = sum(size.values())
+    cap = m.new_int_var(0, total, "cap")
+    m.add(sum(size[v] * k[v] for v in saved) <= cap)
+    # the cheapest, then the fewest bytes: cost in units weighing more than all bytes together
+    m.minimize(sum(round(nm[n].cost * unit) * (total + 1) * r[n] for n in block)
+               + sum(size[v] * k[v] for v in saved))  # fmt: skip
     points: list[Point] = []
-    cap = sum(size.values())
-    while cap >= 0:
-        sol = _solve(m, cost, kept, cap)
-        if sol is None:
+    limit = total
+    while limit >= 0:
+        m.proto.variables[cap.index].domain[1] = limit
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = CAP_SECONDS
+        solver.parameters.num_workers = 1
+        if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
-        bytes_kept = sum(size[v] for v in saved if sol.value(k[v]))
-        dropped = frozenset(keys[v] for v in saved if not sol.value(k[v]))
-        c = sum(nm[n].cost for n in block if sol.value(r[n]))
+        bytes_kept = sum(size[v] for v in saved if solver.value(k[v]))
+        dropped = frozenset(keys[v] for v in saved if not solver.value(k[v]))
+        c = sum(nm[n].cost for n in block if solver.value(r[n]))
         points.append(Point(dropped, bytes_kept, c))
-        cap = bytes_kept - 1
-    return points
+        limit = bytes_kept - 1
+    return thin(points, THIN * block_cost)
 
 
-def _solve(
-    m: cp_model.CpModel, cost: cp_model.LinearExpr, kept: cp_model.LinearExpr, cap: int
-) -> cp_model.CpSolver | None:
-    """The cheapest pattern keeping at most `cap` bytes, the fewest bytes among the cheapest."""
-    trial = m.clone()
-    trial.add(kept <= cap)
-    trial.minimize(cost)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = CAP_SECONDS
-    solver.parameters.num_workers = 1
-    if solver.solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    best = round(solver.objective_value)
-    trial.add(cost <= best)
-    trial.minimize(kept)
-    solver2 = cp_model.CpSolver()
-    solver2.parameters.max_time_in_seconds = CAP_SECONDS
-    solver2.parameters.num_workers = 1
-    if solver2.solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return solver
-    return solver2
+def thin(points: list[Point], eps: float) -> list[Point]:
+    """`points` (most bytes first) without those that keep more bytes than a point costing at
+    most `eps` more: steps of a few hundred kilobytes at no cost to speak of (a weight's
+    transpose) multiply the patterns to measure and gain the program nothing."""
+    out: list[Point] = []
+    for p in reversed(points):  # fewest bytes first
+        if not out or p.cost < out[-1].cost - eps:
+            out.append(p)
+    return out[::-1]

@@ -157,15 +157,34 @@ class Measured:
     backward part less the bytes the blocks below keep, and H(p), the same for the forward end."""
 
     point: Point
+    kept: int  # the bytes a block keeps with it, measured (`kept_bytes`)
     work: np.ndarray  # W_l, l < L
     head: int  # H
 
 
 def measured(st: Stack, p: Point) -> Measured:
     L = len(st.blocks)
-    region = profile(st, st.seq([p] * L))
-    below = np.arange(L, dtype=np.int64) * p.kept
-    return Measured(p, region[:L] - below, int(region[L]) - L * p.kept)
+    seq = st.seq([p] * L)
+    region = profile(st, seq)
+    kept = kept_bytes(st, seq, L // 2)
+    below = np.arange(L, dtype=np.int64) * kept
+    return Measured(p, kept, region[:L] - below, int(region[L]) - L * kept)
+
+
+def kept_bytes(st: Stack, seq: list[str], block: int) -> int:
+    """The bytes of `block`'s values live when the forward pass of `seq` ends: what the block
+    keeps, the values the pattern keeps and those it has to (the block's output, values read
+    by other blocks)."""
+    graph = st.graph
+    nm = graph.node_map
+    end = next(k for k, n in enumerate(seq) if n not in st.forward)
+    mine = {v for n in st.blocks[block] for v in nm[n].outputs}
+    live: set[str] = set()  # read after the end before they are made again
+    remade: set[str] = set()
+    for n in seq[end:]:
+        live.update(v for v in nm[n].inputs if v in mine and v not in remade)
+        remade.update(nm[n].outputs)
+    return sum(graph.value_map[v].size for v in live)
 
 
 def program(ms: list[Measured], budget: int, L: int) -> list[int] | None:
@@ -174,7 +193,7 @@ def program(ms: list[Measured], budget: int, L: int) -> list[int] | None:
     None when no choice fits. Bytes on a grid of budget/GRID, rounded up."""
     unit = max(1, budget // GRID)
     top = budget // unit
-    kq = [-(-m.point.kept // unit) for m in ms]
+    kq = [-(-m.kept // unit) for m in ms]
     cost = np.array([m.point.cost for m in ms])
     dp = np.full(top + 1, np.inf)
     dp[0] = 0.0

@@ -18,8 +18,9 @@ the closure form of Checkmate's recomputation constraints (Jain et al., MLSys'20
 reduced to one stage: the block's backward, where every dropped value is made again once. The
 model has one variable per node and value of one block (a few dozen), so CP-SAT proves each cap
 in milliseconds; the front comes from solving it for decreasing caps (each time below the last
-point's bytes), every point the cheapest pattern within its bytes and the smallest among equals;
-points that save almost nothing over a smaller one are left out (`thin`).
+point's bytes): each time the cheapest cost c within the cap, then the fewest bytes within
+c + THIN of the block's cost, so that points that save almost nothing over a smaller one are
+left out.
 
 Blocks are matched node by node through a key that does not depend on the block's index: the
 node's scope below the block, its op and how many nodes of that scope and op came before it in
@@ -39,7 +40,9 @@ from remat_cli.graph import Graph
 CAP_SECONDS = 2.0
 #: costs are scaled to integers: this many units for the whole block's forward cost
 COST_UNITS = 10**6
-#: points of the front closer in cost than this share of the block's forward cost are one
+#: points of the front closer in cost than this share of the block's forward cost are one: the
+#: front keeps the one with the fewest bytes (steps of a few hundred kilobytes at no cost to speak
+#: of, a weight's transpose, multiply the patterns to measure and gain the program nothing)
 THIN = 0.005
 
 
@@ -112,34 +115,39 @@ def front(graph: Graph, block: list[str], saved: list[str], keys: dict[str, tupl
             m.add(r[n] <= r[p] + k[u] if u in k else r[n] <= r[p])
     size = {v: graph.value_map[v].size for v in saved}
     total = sum(size.values())
-    cap = m.new_int_var(0, total, "cap")
-    m.add(sum(size[v] * k[v] for v in saved) <= cap)
-    # the cheapest, then the fewest bytes: cost in units weighing more than all bytes together
-    m.minimize(sum(round(nm[n].cost * unit) * (total + 1) * r[n] for n in block)
-               + sum(size[v] * k[v] for v in saved))  # fmt: skip
+    kept = sum(size[v] * k[v] for v in saved)
+    units = {n: round(nm[n].cost * unit) for n in block}
+    cost = sum(units[n] * r[n] for n in block)
+    kept_cap = m.new_int_var(0, total, "kept_cap")
+    cost_cap = m.new_int_var(0, sum(units.values()), "cost_cap")
+    m.add(kept <= kept_cap)
+    m.add(cost <= cost_cap)
+    eps = round(THIN * COST_UNITS)
     points: list[Point] = []
     limit = total
     while limit >= 0:
-        m.proto.variables[cap.index].domain[1] = limit
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = CAP_SECONDS
-        solver.parameters.num_workers = 1
-        if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # the cheapest pattern within `limit` bytes, then the fewest bytes within eps of its cost
+        cheapest = _solve(m, cost, {kept_cap: limit, cost_cap: sum(units.values())})
+        if cheapest is None:
             break
-        bytes_kept = sum(size[v] for v in saved if solver.value(k[v]))
-        dropped = frozenset(keys[v] for v in saved if not solver.value(k[v]))
-        c = sum(nm[n].cost for n in block if solver.value(r[n]))
-        points.append(Point(dropped, bytes_kept, c))
+        c = round(cheapest.objective_value)
+        fewest = _solve(m, kept, {kept_cap: limit, cost_cap: c + eps}) or cheapest
+        bytes_kept = sum(size[v] for v in saved if fewest.value(k[v]))
+        dropped = frozenset(keys[v] for v in saved if not fewest.value(k[v]))
+        spent = sum(nm[n].cost for n in block if fewest.value(r[n]))
+        points.append(Point(dropped, bytes_kept, spent))
         limit = bytes_kept - 1
-    return thin(points, THIN * block_cost)
+    return points
 
 
-def thin(points: list[Point], eps: float) -> list[Point]:
-    """`points` (most bytes first) without those that keep more bytes than a point costing at
-    most `eps` more: steps of a few hundred kilobytes at no cost to speak of (a weight's
-    transpose) multiply the patterns to measure and gain the program nothing."""
-    out: list[Point] = []
-    for p in reversed(points):  # fewest bytes first
-        if not out or p.cost < out[-1].cost - eps:
-            out.append(p)
-    return out[::-1]
+def _solve(m: cp_model.CpModel, objective: cp_model.LinearExpr, caps: dict) -> cp_model.CpSolver | None:
+    """`m` minimising `objective` with each cap variable's upper bound set; None if infeasible."""
+    for var, high in caps.items():
+        m.proto.variables[var.index].domain[1] = high
+    m.minimize(objective)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = CAP_SECONDS
+    solver.parameters.num_workers = 1
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return solver

@@ -5,7 +5,8 @@ portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel bea
 splitting when run times are heavy-tailed).
 
 0. The constructions run first, in this process, before the lane processes start: ratio
-   (remat_cli/solvers/ratio) and, first on a stack of repeated blocks, stack (remat_cli/solvers/stack):
+   (remat_cli/solvers/ratio), whose first schedule comes early, then on a stack of repeated blocks
+   stack (remat_cli/solvers/stack), which answers once:
    a schedule within budget in seconds on deep stacks, where greedy may find none within its
    share; their time counts in greedy's.
 1. greedy runs next, in this process: it is fast (milliseconds to a few seconds), always returns
@@ -142,7 +143,7 @@ class _Board:
 
 
 #: the constructions run before greedy, in this order: each offers its schedule to the board
-FIRST = ("stack", "ratio")
+FIRST = ("ratio", "stack")
 
 
 def first_schedule(

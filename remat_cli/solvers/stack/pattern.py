@@ -23,8 +23,8 @@ c + THIN of the block's cost, so that points that save almost nothing over a sma
 left out.
 
 Blocks are matched node by node through a key that does not depend on the block's index: the
-node's scope below the block, its op and how many nodes of that scope and op came before it in
-the block. A pattern found on one block applies to every block with the same keys.
+node's scope below the block, its op, its outputs' sizes and how many such nodes came before it
+in the block. A pattern found on one block applies to every block with the same keys.
 """
 
 from __future__ import annotations
@@ -57,14 +57,16 @@ class Point:
 
 
 def node_keys(graph: Graph, block: list[str], prefix: str) -> dict[str, tuple]:
-    """Each node of `block` -> its key: (scope below `prefix`, op, occurrence of that pair)."""
+    """Each node of `block` -> its key: (scope below `prefix`, op, output sizes, occurrence of
+    those three in the block). The sizes tell apart a node some block has besides the others
+    (the first decoder layer also makes the attention mask every layer reads)."""
     seen: Counter = Counter()
     out = {}
     for n in block:
         node = graph.node_map[n]
         scope = node.scope or ""
         rel = scope[len(prefix) :] if (scope + ".").startswith(prefix) else scope
-        k = (rel, node.op)
+        k = (rel, node.op, tuple(graph.value_map[v].size for v in node.outputs))
         out[n] = (*k, seen[k])
         seen[k] += 1
     return out

@@ -233,7 +233,9 @@ class Found:
     cost: float
 
 
-def search(st: Stack, ms: list[Measured], budget: int, retries: int, until: float) -> tuple[Found | None, Found | None]:
+def search(
+    st: Stack, ms: list[Measured], budget: int, retries: int, until: float
+) -> tuple[Found | None, Found | None]:
     """The program's cheapest schedule that fits `budget`, and the lowest-peak one it measured.
     The program's own budget starts at `budget`; after a schedule over it, the next run's is
     lowered by the excess (or bisected, once one fitted), after one within it raised halfway to

@@ -90,6 +90,13 @@ BUILTIN: dict[str, Entry] = {
         "drop values by bytes per recompute cost, shortest fitting prefix by bisection",
         "Jain et al., Checkmate (MLSys'20) §5 rounding; Chen et al. 2016 (segments)",
     ),
+    "stack": Entry(
+        "remat_cli.solvers.stack:StackSolver",
+        "one block's keep patterns (Pareto front by ILP), combined over the stack by dynamic programming",
+        "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016, §4.2 (segments within a budget); "
+        "Gusak et al., HiREmate, §4 (one subgraph's options combined over the graph)",
+        requires=("ortools",),
+    ),
     "chen-sqrtn": Entry(
         "remat_cli.solvers.chen:ChenSqrtN",
         "Chen sqrt(n) checkpointing at articulation points, segments recomputed in backward",

@@ -4,9 +4,11 @@ complementary methods side by side and keep the best answer; Gomes & Selman, "Al
 portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel beats sequential
 splitting when run times are heavy-tailed).
 
-0. The ratio construction (remat_cli/solvers/ratio) runs first, in this process, before the lane
-   processes start: a schedule within budget in seconds on deep stacks, where greedy may find
-   none within its share; its time counts in greedy's.
+0. The constructions run first, in this process, before the lane processes start: ratio
+   (remat_cli/solvers/ratio), whose first schedule comes early, then on a stack of repeated blocks
+   stack (remat_cli/solvers/stack), which answers once:
+   a schedule within budget in seconds on deep stacks, where greedy may find none within its
+   share; their time counts in greedy's.
 1. greedy runs next, in this process: it is fast (milliseconds to a few seconds), always returns
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
 2. The rest of the time goes to *lanes*, each a separate process with the whole remaining time
@@ -140,19 +142,27 @@ class _Board:
             self.offer(r, replaces=cut)
 
 
-def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: float) -> _Run | None:
-    """The ratio construction's schedule (remat_cli/solvers/ratio), given FIRST_SHARE of the
-    limit (at least FIRST_MIN_SECONDS): the lanes' warm start where greedy has none within the
-    budget or a dearer one."""
-    if "ratio" not in registry.names():
+#: the constructions run before greedy, in this order: each offers its schedule to the board
+FIRST = ("ratio", "stack")
+
+
+def first_schedule(
+    graph: Graph, budget: int, options: SolveOptions, limit: float, name: str = "ratio"
+) -> _Run | None:
+    """The schedule of construction `name` (remat_cli/solvers/ratio: values dropped by bytes per
+    recompute cost; remat_cli/solvers/stack: one block's patterns laid over a stack of repeated
+    blocks), given FIRST_SHARE of the limit (at least FIRST_MIN_SECONDS): the lanes' warm start
+    where greedy has none within the budget or a dearer one. None when the construction is not
+    installed, does not support the graph (stack: no repeated blocks) or finds nothing."""
+    if name not in registry.names():
         return None
-    solver = registry.get("ratio")
-    if solver.supports(graph) is not None:
+    solver = registry.get(name)
+    if solver.availability()[0] != "available" or solver.supports(graph) is not None:
         return None
     t0 = time.monotonic()
 
     def first(steps: list[Step]) -> None:  # to the watchdog at once: the answer if time runs out
-        options.progress(method="ratio")
+        options.progress(method=name)
         options.incumbent(steps)
 
     opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
@@ -163,7 +173,7 @@ def first_schedule(graph: Graph, budget: int, options: SolveOptions, limit: floa
         return None
     if res.steps is None or res.status == "infeasible":
         return None
-    return _Run("ratio", res.status, time.monotonic() - t0, res.steps, result=res)
+    return _Run(name, res.status, time.monotonic() - t0, res.steps, result=res)
 
 
 def _greedy_first(
@@ -327,6 +337,7 @@ class Auto(Solver):
             "lanes to run instead of the default ones: solvers joined by ',' within a lane, "
             "lanes by '/', e.g. 'moccasin/fastsa,hilp'",
         ),
+        Param("first", str, ",".join(FIRST), "constructions run before greedy, joined by ',' ('' for none)"),
     )
 
     def prepare(self) -> None:
@@ -352,17 +363,19 @@ class Auto(Solver):
         lanes = [lane for lane in lanes if lane]
         n_lanes = int(options.params["lanes"])
         parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
-        # 0. the ratio construction, alone on the machine: a schedule within budget in seconds,
+        # 0. the constructions, alone on the machine: a schedule within budget in seconds,
         # whatever greedy finds
-        first = first_schedule(graph, budget, options, limit)
+        names = [n for n in str(options.params["first"]).split(",") if n]
+        firsts = [r for name in names if (r := first_schedule(graph, budget, options, limit, name))]
         # then the lane processes: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
-            if first is not None:
+            for first in firsts:
+                board.runs.append(first)
                 board.offer(first)
             # 1. greedy, the warm start
             hint, baseline_fits = _greedy_first(
-                graph, budget, options, limit, board, first.seconds if first else 0.0
+                graph, budget, options, limit, board, sum(r.seconds for r in firsts)
             )
             if baseline_fits:
                 lanes = []  # the baseline is the cheapest schedule: nothing to search

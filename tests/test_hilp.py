@@ -197,7 +197,7 @@ def test_solves_graph_kinds(kind: str) -> None:
     base = baseline(g)
     # subgraphs of an inference graph keep all their outputs together: a mild budget there
     budget = int((0.97 if kind == "inference" else 0.85) * base.peak_memory)
-    opts = SolveOptions(time_limit=20, seed=0, workers=1, params={"max_subgraph": 4, "max_top": 6})
+    opts = SolveOptions(time_limit=8, seed=0, workers=1, params={"max_subgraph": 4, "max_top": 6})
     sched, res = run_solver(g, budget, "hilp", opts)
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
@@ -224,7 +224,7 @@ def test_leaf_solvers_add_options() -> None:
     g = G.transformer(layers=1, seed=2)
     budget = int(0.8 * baseline(g).peak_memory)
     params = {"max_subgraph": 5, "max_top": 4, "leaf_solvers": "checkpoint-all"}
-    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=8, seed=0, workers=1, params=params))
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
 
@@ -281,7 +281,7 @@ def test_a_failing_leaf_solver_is_named_in_the_message(failing_plugin: str, jobs
         "jobs": jobs,
         "fallback": "none",
     }
-    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=30, seed=0, workers=1, params=params))
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=8, seed=0, workers=1, params=params))
     assert sched is not None and simulate(g, sched.steps).peak_memory <= budget
     m = re.search(
         r"subgraph '[^']+' \((\d+) operators\): refuses failed: ValueError: refused in process (\d+)",
@@ -379,7 +379,7 @@ def test_onnx_training_graph_gets_a_schedule() -> None:
 
     g = from_onnx_file(Path(__file__).resolve().parents[1] / "graphs" / "mlp_train.onnx")
     budget = int(0.7 * baseline(g).peak_memory)
-    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=20, seed=0, workers=1))
+    sched, res = run_solver(g, budget, "hilp", SolveOptions(time_limit=8, seed=0, workers=1))
     assert sched is not None, res.message
     assert simulate(g, sched.steps).peak_memory <= budget
 
@@ -715,7 +715,7 @@ def test_the_flat_start_is_an_incumbent_at_once() -> None:
 
     def first_flat_before_top(fallback: str) -> bool:
         events: list[str] = []
-        opts = SolveOptions(time_limit=20, seed=0, workers=1)
+        opts = SolveOptions(time_limit=6, seed=0, workers=1)
         opts.params = HILP().defaults() | {"flat_start": "chen-sqrtn", "fallback": fallback}
         opts.on_incumbent = lambda steps: events.append(
             "flat" if [s.node for s in steps if s.op == "compute"] == flat else "other"
@@ -859,7 +859,7 @@ def test_greedy_is_an_early_incumbent_only_with_fallbacks_on() -> None:
 
     def incumbents(fallback: str) -> list[list[str | None]]:
         seen: list[list[str | None]] = []
-        opts = SolveOptions(time_limit=20, seed=0, workers=1)
+        opts = SolveOptions(time_limit=6, seed=0, workers=1)
         opts.params = HILP().defaults() | {"flat_start": "", "fallback": fallback}
         opts.on_incumbent = lambda steps: seen.append([s.node for s in steps if s.op == "compute"])
         HILP().solve(g, budget, opts)

@@ -40,9 +40,9 @@ def cluster():  # noqa: ANN201
 def _cells():  # noqa: ANN202
     graphs = [generators.linear(6, seed=1), generators.random_layered(24, seed=3)]
     entries = [GraphEntry.of(f"g{i}.json", g) for i, g in enumerate(graphs)]
-    # two deterministic solvers (field by field) and a time-limited one (by status), 1 s each
+    # two deterministic solvers (field by field) and a time-limited one (by status), 3 s each
     solvers = ["greedy", "chen-sqrtn", "fastsa"]
-    cells = make_cells(entries, ["100%", "70%"], solvers, seed=7, time_limit=1)
+    cells = make_cells(entries, ["100%", "70%"], solvers, seed=7, time_limit=3)
     return cells, {e.sha256: g for e, g in zip(entries, graphs, strict=True)}
 
 

@@ -51,8 +51,8 @@ class Measurement:
     seconds: float  #: median wall time of one run after warm-up
     peak_above_baseline: int  #: bytes above what was resident before the run
     times: list[float] = field(default_factory=list)
-    #: CPU seconds of the process per run: with one thread, far steadier than wall time on a
-    #: loaded machine
+    #: CPU seconds of the process per run: with one thread, far steadier than wall time when
+    #: other processes share the cores
     cpu_times: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     executed: list[str] | None = None  #: node names in the order onnxruntime ran them

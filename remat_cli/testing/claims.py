@@ -15,7 +15,7 @@ from remat_cli.schedule import ScheduleError, SimResult, peak_lower_bound, simul
 from remat_cli.solver import SolveOptions, Solver, SolverResult
 
 #: seconds given to each solve (half of it with an option at an extreme), and what a solve may take
-#: beyond it (imports, model building, decoding: seconds on a loaded machine). The graphs are small: what is checked is what a solver
+#: beyond it (imports, model building, decoding: seconds when the cores are shared). The graphs are small: what is checked is what a solver
 #: claims about the schedule it returns, not how good the schedule is.
 TIME_LIMIT = 1.0
 SLACK = 6.0

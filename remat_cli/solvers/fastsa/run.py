@@ -240,8 +240,8 @@ class Run:
         return done, bool(ist[K.I_MET]), feas, low, improved
 
     def _out_of_time(self, c: Cooling, share: float) -> bool:
-        """With a time limit: True once `share` of it has passed. Slower than the assumed rate (a
-        loaded machine), the stage is shortened to what the measured rate reaches by its end, so
+        """With a time limit: True once `share` of it has passed. Slower than the assumed rate (cores
+        shared with other work), the stage is shortened to what the measured rate reaches by its end, so
         that it still cools down to hf instead of being cut off hot; never triggered where the
         rate holds, so seeded runs repeat. The rate is measured from the last switch of kernel:
         the soft peak's, while a first stage anneals it until the budget is met, is about 3

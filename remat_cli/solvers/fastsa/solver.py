@@ -371,7 +371,7 @@ def _second_start(c: _Chain, best1: StageBest, state1: State) -> tuple[list[int]
     """Where the second stage starts (base-problem indices; None: stage 1's last state), what
     gave it, and the second stage's iterations. When stage 1 ended above the budget, the rescue's
     start (see _rescue); else the hint's or greedy's schedule when cheaper than stage 1's best (a
-    first stage cut short on a loaded machine can end above greedy; a hinted run re-anneals the
+    first stage cut short when the cores are shared can end above greedy; a hinted run re-anneals the
     hint instead of ending above it)."""
     cfg, run, n2 = c.run.cfg, c.run, c.run.cfg.n2
     graph, nv, base_prob = c.graph, c.nv, c.base_prob

@@ -28,7 +28,7 @@ from remat_cli.solvers.moccasin.starts import (
 
 #: with one worker the search is stopped on CP-SAT's deterministic time (so a seed gives the same
 #: schedule twice); this fraction of the wall-clock budget is the deterministic limit, leaving
-#: headroom on a loaded machine, where deterministic time runs slower than the wall clock.
+#: headroom where other processes share the cores and deterministic time runs slower than the wall clock.
 DETERMINISTIC_FRACTION = 0.5
 
 #: phase 2 with a time limit and several workers: the full CP-SAT portfolio runs for this share
@@ -405,7 +405,7 @@ class _CpRuns:
     def clock_cut(self, solver: cp_model.CpSolver, status: object) -> None:
         """With one worker a seed repeats only where CP-SAT stopped on its deterministic budget
         or finished: where the wall clock stopped it first (its deterministic time can run well
-        below the wall clock's on a loaded machine), ``clock_stopped`` says so, for a caller that
+        below the wall clock's when other processes share the cores), ``clock_stopped`` says so, for a caller that
         must drop a result the clock chose (the H-ILP's flat start)."""
         finished = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
         cut = solver.deterministic_time < solver.parameters.max_deterministic_time

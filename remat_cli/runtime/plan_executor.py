@@ -18,7 +18,8 @@ Workspaces. A kernel with scratch (the importer's workspace rules,
 plan gives that scratch a slot of its own at the node's step, free of every tensor live there;
 so the model is cut into consecutive segments, one session each, a segment starting at every
 node with a slot, and before such a segment runs the slot's whole pages are handed back to the
-system (``madvise(MADV_DONTNEED)``). The kernel's scratch then takes the place of the slot's
+system (``madvise(MADV_DONTNEED)``). A slot is handed back as early as its bytes are free, so
+that one cut serves the slots of several nodes (the fewest cuts: interval stabbing). The kernel's scratch then takes the place of the slot's
 pages, and the process's resident memory at that node is the arena less the slot plus the
 scratch: the plan's figure, which counts the slot. The pages come back zeroed when a later
 tensor is written there. Weights read by several segments are handed to each session as one
@@ -54,7 +55,7 @@ class Segment:
     feeds: list[str]  #: graph inputs it reads, bound each run
     carried: list[str]  #: unplanned tensors of earlier segments it reads, bound each run
     produced: list[str]  #: its outputs in binding order
-    discard: tuple[int, int] | None = None  #: (address, bytes) handed back before it runs
+    discard: list[tuple[int, int]] = field(default_factory=list)  #: (address, bytes) handed back first
     unplanned: list[str] = field(default_factory=list)  #: outputs onnxruntime allocates
 
 
@@ -103,21 +104,43 @@ class PlanExecutor:
         self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
         self._dtypes[name] = dt
 
-    def _slots(self, model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> dict[int, tuple]:
-        """node index -> (address, bytes): the whole pages of each workspace slot of a node of
-        the written model."""
-        where = {o: k for k, n in enumerate(model.graph.node) for o in n.output if o}
+    def _slots(self, model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> dict[int, list]:
+        """node index -> [(address, bytes), ...]: the whole pages of workspace slots handed back
+        before that node. A slot is free from the step after the last reader of a tensor that
+        shared its bytes up to its node; the fewest cuts that hand each slot back inside that
+        span are the right ends, taken greedily (interval stabbing)."""
+        nodes = model.graph.node
+        where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
         base = self.arena.ctypes.data
-        cuts: dict[int, tuple[int, int]] = {}
+        spans = []
         for b in buffers:
             k = where.get(b.get("output", "")) if "workspace_of" in b else None
-            if k is None:
-                continue
-            lo = -(-(base + b["offset"]) // PAGE) * PAGE
-            hi = (base + b["offset"] + b["size"]) // PAGE * PAGE
-            if hi > lo:
-                cuts[k] = (lo, hi - lo)
+            lo = -(-(base + b.get("offset", 0)) // PAGE) * PAGE
+            hi = (base + b.get("offset", 0) + b.get("size", 0)) // PAGE * PAGE
+            if k is not None and hi > lo:
+                spans.append((k, lo, hi))
+        occupants = self._occupants(nodes, where)
+        cuts: dict[int, list[tuple[int, int]]] = {}
+        last = -1
+        for k, lo, hi in sorted(spans):
+            free_from = max((d + 1 for a, z, d in occupants if a < hi and z > lo and d < k), default=0)
+            if last < free_from:
+                last = k
+            cuts.setdefault(last, []).append((lo, hi - lo))
         return cuts
+
+    def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> list[tuple]:
+        """(start address, end address, index of the last node that reads it) of every tensor
+        in the arena; graph outputs are read at the end."""
+        last = {t: len(nodes) for t in self.outputs}
+        for k, n in enumerate(nodes):
+            for t in _reads(n):
+                last[t] = max(last.get(t, -1), k)
+        out = []
+        for t, v in self._views.items():
+            a = v.ctypes.data
+            out.append((a, a + v.nbytes, last.get(t, where.get(t, 0))))
+        return out
 
     def _segments(self, model: onnx.ModelProto, cuts: Mapping[int, tuple], threads: int) -> list[Segment]:
         g = model.graph
@@ -142,7 +165,7 @@ class PlanExecutor:
             for t in shared & set(ins):
                 so.add_initializer(t, shared_values[t])
             sess = open_session(sub.SerializeToString(), so, self.providers, "deployed")
-            segments.append(self._bind(sess, ins, outs, graph_inputs, set(inits), cuts.get(a)))
+            segments.append(self._bind(sess, ins, outs, graph_inputs, set(inits), cuts.get(a, [])))
         self._shared = shared_values  # the sessions read them: they live as long as this executor
         return segments
 
@@ -191,8 +214,8 @@ class PlanExecutor:
                     s.binding.bind_cpu_input(k, feeds[k])
                 for k in s.carried:
                     s.binding.bind_ortvalue_input(k, self._carried[k])
-                if s.discard is not None:
-                    libc.madvise(ctypes.c_void_p(s.discard[0]), ctypes.c_size_t(s.discard[1]), _MADV_DONTNEED)
+                for addr, n in s.discard:
+                    libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(n), _MADV_DONTNEED)
                 s.session.run_with_iobinding(s.binding)
                 if s.unplanned:
                     got = dict(zip(s.produced, s.binding.get_outputs(), strict=True))

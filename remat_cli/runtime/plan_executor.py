@@ -151,6 +151,10 @@ class PlanExecutor:
         shared = {t for t in inits if sum(t in r for r in reads) > 1}
         shared_values = {t: _ortvalue(onnx.numpy_helper.to_array(inits[t])) for t in shared}
         types = _elem_types(model) | {t: oh.np_dtype_to_tensor_dtype(dt) for t, dt in self._dtypes.items()}
+        crossing = {t for r in reads for t in r} | set(self.outputs)
+        unknown = [t for n in g.node for t in n.output if t and t in crossing and not types.get(t)]
+        if unknown:  # contrib ops onnx's shape inference does not know: ask onnxruntime
+            types |= _runtime_types(model, unknown, threads, self.providers)
         graph_inputs = {i.name for i in g.input} - set(inits)
         needed_later = [set(self.outputs)]
         for r in reversed(reads[1:]):
@@ -232,6 +236,20 @@ def _ortvalue(arr: np.ndarray):
     import onnxruntime as ort
 
     return ort.OrtValue.ortvalue_from_numpy(np.require(arr, requirements="C"))
+
+
+def _runtime_types(model: onnx.ModelProto, names: Sequence[str], threads: int, providers: list) -> dict:
+    """The element types onnxruntime gives `names` (made graph outputs of a copy of `model`)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.output.extend(oh.make_empty_tensor_value_info(t) for t in names)
+    sess = open_session(m.SerializeToString(), session_options(threads, settings="deployed"), providers)
+    by_name = {"tensor(" + np.dtype(d).name + ")": oh.np_dtype_to_tensor_dtype(np.dtype(d)) for d in _DTYPES}
+    by_name["tensor(float)"], by_name["tensor(double)"] = 1, 11
+    return {o.name: by_name.get(o.type, 0) for o in sess.get_outputs() if o.name in set(names)}
+
+
+_DTYPES = ("float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 
 
 def _reads(n: onnx.NodeProto) -> list[str]:

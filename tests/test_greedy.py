@@ -104,11 +104,11 @@ def test_the_peak_pass_moves_a_computation_across_the_peak() -> None:
 
 
 def test_a_strategy_stuck_far_above_the_budget_is_not_aimed_lower(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lower targets absorb an estimate's small miss. On torch_transformer_train at 40% the
+    """The lower targets absorb an estimate's small miss. On torch_transformer_train at 50% the
     split strategies end far above the budget: aiming them lower only repeats them (8 of 10 runs
     before the DTR run that fits); DTR still finds its schedule."""
     g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
-    budget = int(0.4 * baseline(g).peak_memory)
+    budget = int(0.5 * baseline(g).peak_memory)
     aims: list[float] = []
     split = greedy.run_split
 

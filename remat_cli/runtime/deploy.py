@@ -15,7 +15,8 @@ session settings it needs carried in the file:
   pattern and reuse (off, so a freed tensor's memory is given back). :func:`deployed_session`
   applies all of it; ``remat apply`` prints the same as ``SessionOptions`` lines.
 - ``remat.memory_plan`` (JSON), where the schedule has one: each buffer's offset in one arena,
-  keyed by the rewritten model's tensor names (:mod:`remat_cli.runtime.plan_executor` runs it).
+  keyed by the rewritten model's tensor names, each node's workspace by the name of an output
+  of its node (:mod:`remat_cli.runtime.plan_executor` runs it).
 - ``remat.schedule`` (JSON): the solver, the budget, the graph's hash and the predicted peak.
 """
 
@@ -151,7 +152,10 @@ def plan_metadata(plan: MemoryPlan, names: Mapping[tuple[int, str], str], graph:
     buffers: list[dict[str, Any]] = []
     for b in plan.offsets:
         if b.value is None:
-            buffers.append({"workspace_of": b.node, "step": b.step, "offset": b.offset, "size": b.size})
+            # the node by the rewritten model's name of an output it makes at that step
+            made = [names[(b.step, v)] for v in graph.node_map[b.node].outputs if (b.step, v) in names]
+            ws = {"workspace_of": b.node, "step": b.step, "offset": b.offset, "size": b.size}
+            buffers.append(ws | ({"output": made[0]} if made else {}))
             continue
         tensor = names.get((b.step, b.value))
         if tensor is None:

@@ -1,22 +1,37 @@
 """Running a deployed schedule inside its memory plan: one preallocated arena, every tensor at its
-planned offset.
+planned offset, every kernel's scratch in its planned slot.
 
 MODeL (Steiner et al., ICML 2023) §4.5: the tensors of a schedule live in one buffer B sized to
 the plan, tensor e at B + A_e, and deallocations are no-ops. Here B is one numpy buffer of the
 plan's arena bytes, allocated once; the model is `remat apply`'s (whose ``remat.memory_plan``
 names each buffer by the rewritten model's tensor names). Every planned tensor is made a graph
 output of the session and bound through IOBinding at B + its offset, so onnxruntime's kernels
-write each one in place; tensors the plan gives no bytes (views) and the kernels' own scratch
-are onnxruntime's. The session runs the file's order with no optimizer (the deployed settings of
+write each one in place; tensors the plan gives no bytes (views) are bound at their base's
+address. The sessions run the file's order with no optimizer (the deployed settings of
 :mod:`remat_cli.runtime.deploy`), so the plan's offsets are valid: a buffer is reused only after
 the last reader of the tensor before it ran. Since no tensor is allocated or freed during a run,
 the arena's pages are touched once and stay, which is what makes this as fast as onnxruntime's
 own arena while the peak stays the plan's.
+
+Workspaces. A kernel with scratch (the importer's workspace rules,
+:mod:`remat_cli.importers.onnx.workspace`) takes it from onnxruntime's allocator, not from B. The
+plan gives that scratch a slot of its own at the node's step, free of every tensor live there;
+so the model is cut into consecutive segments, one session each, a segment starting at every
+node with a slot, and before such a segment runs the slot's whole pages are handed back to the
+system (``madvise(MADV_DONTNEED)``). A slot is handed back as early as its bytes are free, so
+that one cut serves the slots of several nodes (the fewest cuts: interval stabbing). The kernel's scratch then takes the place of the slot's
+pages, and the process's resident memory at that node is the arena less the slot plus the
+scratch: the plan's figure, which counts the slot. The pages come back zeroed when a later
+tensor is written there. Weights read by several segments are handed to each session as one
+shared initializer, so no segment holds a copy.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +41,22 @@ from onnx import helper as oh
 
 from remat_cli.runtime.deploy import PLAN_KEY, read_metadata
 from remat_cli.runtime.ort import RunFailed, open_session, session_options
+
+PAGE = mmap.PAGESIZE
+_MADV_DONTNEED = 4
+
+
+@dataclass
+class Segment:
+    """Consecutive nodes of the model in one session, and what its binding needs each run."""
+
+    session: Any
+    binding: Any
+    feeds: list[str]  #: graph inputs it reads, bound each run
+    carried: list[str]  #: unplanned tensors of earlier segments it reads, bound each run
+    produced: list[str]  #: its outputs in binding order
+    discard: list[tuple[int, int]] = field(default_factory=list)  #: (address, bytes) handed back first
+    unplanned: list[str] = field(default_factory=list)  #: outputs onnxruntime allocates
 
 
 class PlanExecutor:
@@ -43,46 +74,127 @@ class PlanExecutor:
         self.outputs = [o.name for o in model.graph.output]
         self.buffers = [b for b in plan["buffers"] if "tensor" in b and b["size"] > 0]
         views = _bindable(plan.get("views", []), self.buffers)
-        _expose(model, [*self.buffers, *views])
-        so = session_options(threads, settings="deployed")
-        try:
-            self.session = open_session(
-                model.SerializeToString(), so, list(providers or ["CPUExecutionProvider"]), "deployed"
-            )
-        except Exception as e:  # onnxruntime's own exception types
-            raise RunFailed(f"onnxruntime cannot load {Path(path).name} with its plan: {e}") from None
         self.arena_bytes = int(plan["arena"])
         # 64-byte aligned base, so that the plan's alignment is the tensors' real alignment
         self._raw = np.empty(self.arena_bytes + 64, dtype=np.uint8)
         base = (-self._raw.ctypes.data) % 64
         self.arena = self._raw[base : base + self.arena_bytes]
-        self.binding = self.session.io_binding()
         self._views: dict[str, np.ndarray] = {}
-        self._bound: list[str] = []  #: bound output names, in binding order
+        self._dtypes: dict[str, np.dtype] = {}
         for b in self.buffers:
-            dt = np.dtype(b["dtype"])
-            n = int(np.prod(b["shape"], dtype=np.int64)) * dt.itemsize
-            if b["offset"] + n > self.arena_bytes:
-                raise ValueError(f"{b['tensor']!r} ends past the arena ({b['offset']} + {n} B)")
-            view = self.arena[b["offset"] : b["offset"] + n].view(dt).reshape(b["shape"])
-            self._views[b["tensor"]] = view
-            self._bound.append(b["tensor"])
-            self.binding.bind_output(b["tensor"], "cpu", 0, dt, list(b["shape"]), view.ctypes.data)
-        self._bind_views(views)
-        self._unplanned = [o for o in self.outputs if o not in self._views]
-        for o in self._unplanned:
-            self.binding.bind_output(o, "cpu")
-
-    def _bind_views(self, views: Sequence[Mapping[str, Any]]) -> None:
-        """Each view at its base's address with its own shape (a view of a view at the first
-        base's), so that onnxruntime's Reshape, Squeeze, ... find their output where their input
-        is and copy nothing."""
+            self._place(b["tensor"], b["offset"], b["shape"], b["dtype"])
         for v in views:
-            dt = np.dtype(v["dtype"])
-            view = self._views[v["alias_of"]].reshape(v["shape"])
-            self._bound.append(v["tensor"])
-            self._views[v["tensor"]] = view
-            self.binding.bind_output(v["tensor"], "cpu", 0, dt, list(v["shape"]), view.ctypes.data)
+            self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
+            self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
+        cuts = self._slots(model, plan["buffers"])
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        try:
+            self.segments = self._segments(model, cuts, threads)
+        except RunFailed:
+            raise
+        except Exception as e:  # onnxruntime's own exception types
+            raise RunFailed(f"onnxruntime cannot load {Path(path).name} with its plan: {e}") from None
+        self._carried: dict[str, Any] = {}
+
+    def _place(self, name: str, offset: int, shape: Sequence[int], dtype: str) -> None:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if offset + n > self.arena_bytes:
+            raise ValueError(f"{name!r} ends past the arena ({offset} + {n} B)")
+        self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
+        self._dtypes[name] = dt
+
+    def _slots(self, model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> dict[int, list]:
+        """node index -> [(address, bytes), ...]: the whole pages of workspace slots handed back
+        before that node. A slot is free from the step after the last reader of a tensor that
+        shared its bytes up to its node; the fewest cuts that hand each slot back inside that
+        span are the right ends, taken greedily (interval stabbing)."""
+        nodes = model.graph.node
+        where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+        base = self.arena.ctypes.data
+        spans = []
+        for b in buffers:
+            k = where.get(b.get("output", "")) if "workspace_of" in b else None
+            lo = -(-(base + b.get("offset", 0)) // PAGE) * PAGE
+            hi = (base + b.get("offset", 0) + b.get("size", 0)) // PAGE * PAGE
+            if k is not None and hi > lo:
+                spans.append((k, lo, hi))
+        occupants = self._occupants(nodes, where)
+        cuts: dict[int, list[tuple[int, int]]] = {}
+        last = -1
+        for k, lo, hi in sorted(spans):
+            free_from = max((d + 1 for a, z, d in occupants if a < hi and z > lo and d < k), default=0)
+            if last < free_from:
+                last = k
+            cuts.setdefault(last, []).append((lo, hi - lo))
+        return cuts
+
+    def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> list[tuple]:
+        """(start address, end address, index of the last node that reads it) of every tensor
+        in the arena; graph outputs are read at the end."""
+        last = {t: len(nodes) for t in self.outputs}
+        for k, n in enumerate(nodes):
+            for t in _reads(n):
+                last[t] = max(last.get(t, -1), k)
+        out = []
+        for t, v in self._views.items():
+            a = v.ctypes.data
+            out.append((a, a + v.nbytes, last.get(t, where.get(t, 0))))
+        return out
+
+    def _segments(self, model: onnx.ModelProto, cuts: Mapping[int, tuple], threads: int) -> list[Segment]:
+        g = model.graph
+        starts = sorted({0, *cuts})
+        bounds = list(zip(starts, [*starts[1:], len(g.node)], strict=True))
+        inits = {t.name: t for t in g.initializer}
+        reads = [{t for n in g.node[a:b] for t in _reads(n)} for a, b in bounds]
+        shared = {t for t in inits if sum(t in r for r in reads) > 1}
+        shared_values = {t: _ortvalue(onnx.numpy_helper.to_array(inits[t])) for t in shared}
+        types = _elem_types(model) | {t: oh.np_dtype_to_tensor_dtype(dt) for t, dt in self._dtypes.items()}
+        crossing = {t for r in reads for t in r} | set(self.outputs)
+        unknown = [t for n in g.node for t in n.output if t and t in crossing and not types.get(t)]
+        if unknown:  # contrib ops onnx's shape inference does not know: ask onnxruntime
+            types |= _runtime_types(model, unknown, threads, self.providers)
+        graph_inputs = {i.name for i in g.input} - set(inits)
+        needed_later = [set(self.outputs)]
+        for r in reversed(reads[1:]):
+            needed_later.insert(0, needed_later[0] | r)
+        segments = []
+        for (a, b), r, later in zip(bounds, reads, needed_later, strict=True):
+            made = [o for n in g.node[a:b] for o in n.output if o]
+            outs = [o for o in made if o in self._views or o in later]
+            ins = sorted(t for t in r if t not in made)
+            sub = _submodel(model, g.node[a:b], ins, outs, inits, shared, types)
+            so = session_options(threads, settings="deployed")
+            for t in shared & set(ins):
+                so.add_initializer(t, shared_values[t])
+            sess = open_session(sub.SerializeToString(), so, self.providers, "deployed")
+            segments.append(self._bind(sess, ins, outs, graph_inputs, set(inits), cuts.get(a, [])))
+        self._shared = shared_values  # the sessions read them: they live as long as this executor
+        return segments
+
+    def _bind(self, sess, ins: list[str], outs: list[str], graph_inputs: set, inits: set, cut) -> Segment:
+        binding = sess.io_binding()
+        feeds, carried = [], []
+        for t in ins:
+            if t in inits:
+                continue
+            if t in self._views:
+                v = self._views[t]
+                binding.bind_input(t, "cpu", 0, v.dtype, list(v.shape), v.ctypes.data)
+            elif t in graph_inputs:
+                feeds.append(t)
+            else:
+                carried.append(t)
+        unplanned = []
+        for t in outs:
+            if t in self._views:
+                v = self._views[t]
+                binding.bind_output(t, "cpu", 0, v.dtype, list(v.shape), v.ctypes.data)
+            else:
+                binding.bind_output(t, "cpu")
+                unplanned.append(t)
+        return Segment(sess, binding, feeds, carried, list(outs), cut, unplanned)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run on `feeds` (arrays by input name); the graph outputs, copied out of the arena."""
@@ -91,21 +203,90 @@ class PlanExecutor:
 
     def current_outputs(self) -> dict[str, np.ndarray]:
         """The graph outputs of the last run, copied (the next run overwrites the arena)."""
-        out = {o: np.array(self._views[o]) for o in self.outputs if o in self._views}
-        if self._unplanned:
-            for name, v in zip([*self._bound, *self._unplanned], self.binding.get_outputs(), strict=True):
-                if name in self._unplanned:
-                    out[name] = v.numpy()
-        return {o: out[o] for o in self.outputs}
+        return {
+            o: np.array(self._views[o]) if o in self._views else self._carried[o].numpy()
+            for o in self.outputs
+        }
 
     def run_in_place(self, feeds: Mapping[str, np.ndarray]) -> None:
         """One run whose outputs stay in the arena (nothing copied): what a timed run does."""
-        for k, v in feeds.items():
-            self.binding.bind_cpu_input(k, v)
+        libc = _libc()
+        self._carried = {}
         try:
-            self.session.run_with_iobinding(self.binding)
+            for s in self.segments:
+                for k in s.feeds:
+                    s.binding.bind_cpu_input(k, feeds[k])
+                for k in s.carried:
+                    s.binding.bind_ortvalue_input(k, self._carried[k])
+                for addr, n in s.discard:
+                    libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(n), _MADV_DONTNEED)
+                s.session.run_with_iobinding(s.binding)
+                if s.unplanned:
+                    got = dict(zip(s.produced, s.binding.get_outputs(), strict=True))
+                    self._carried.update({k: got[k] for k in s.unplanned})
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _ortvalue(arr: np.ndarray):
+    import onnxruntime as ort
+
+    return ort.OrtValue.ortvalue_from_numpy(np.require(arr, requirements="C"))
+
+
+def _runtime_types(model: onnx.ModelProto, names: Sequence[str], threads: int, providers: list) -> dict:
+    """The element types onnxruntime gives `names` (made graph outputs of a copy of `model`)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.output.extend(oh.make_empty_tensor_value_info(t) for t in names)
+    sess = open_session(m.SerializeToString(), session_options(threads, settings="deployed"), providers)
+    by_name = {"tensor(" + np.dtype(d).name + ")": oh.np_dtype_to_tensor_dtype(np.dtype(d)) for d in _DTYPES}
+    by_name["tensor(float)"], by_name["tensor(double)"] = 1, 11
+    return {o.name: by_name.get(o.type, 0) for o in sess.get_outputs() if o.name in set(names)}
+
+
+_DTYPES = ("float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+
+
+def _reads(n: onnx.NodeProto) -> list[str]:
+    from remat_cli.importers.onnx import node_reads
+
+    return [t for t in node_reads(n) if t]
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    from remat_cli.runtime.model import elem_types
+
+    return elem_types(model)
+
+
+def _submodel(
+    model: onnx.ModelProto,
+    nodes: Sequence[onnx.NodeProto],
+    ins: Sequence[str],
+    outs: Sequence[str],
+    inits: Mapping[str, onnx.TensorProto],
+    shared: set[str],
+    types: Mapping[str, int],
+) -> onnx.ModelProto:
+    """The model of consecutive `nodes`: `ins` are its inputs (the weights among them as
+    initializers; the session is given the `shared` ones' values in their place), `outs` its
+    outputs."""
+    own = [inits[t] for t in ins if t in inits]
+    graph = oh.make_graph(
+        list(nodes),
+        "segment",
+        [oh.make_tensor_value_info(t, types.get(t, 0), None) for t in ins if t not in inits],
+        [oh.make_tensor_value_info(t, types.get(t, 0), None) for t in outs],
+        own,
+    )
+    m = oh.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    m.functions.extend(model.functions)
+    return m
 
 
 def _bindable(
@@ -126,15 +307,3 @@ def _bindable(
             known[v["tensor"]] = nbytes(v)
             kept.append(v)
     return kept
-
-
-def _expose(model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> None:
-    """Make every planned tensor a graph output (typed and shaped from the plan), so that
-    IOBinding can place it."""
-    have = {o.name for o in model.graph.output}
-    for b in buffers:
-        if b["tensor"] in have:
-            continue
-        elem = oh.np_dtype_to_tensor_dtype(np.dtype(b["dtype"]))
-        model.graph.output.append(oh.make_tensor_value_info(b["tensor"], elem, list(b["shape"])))
-        have.add(b["tensor"])

@@ -56,9 +56,9 @@ class Measurement:
     cpu_times: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     executed: list[str] | None = None  #: node names in the order onnxruntime ran them
-    #: inside a memory plan: the arena + the high-water mark of one more run above its start,
-    #: leaving out what onnxruntime allocated once, in the first run (as the replay's peaks do)
-    steady_peak: int | None = None
+    #: inside a memory plan: the high-water mark of the first run above the resident bytes
+    #: before it, which also holds onnxruntime's machine code paged in on first use
+    first_run_peak: int | None = None
     provider: str = "cpu"
 
 
@@ -173,7 +173,7 @@ def _plan_session(job: dict, model: str, feeds: dict):
     from remat_cli.runtime.plan_executor import PlanExecutor
 
     pe = PlanExecutor(model, threads=job["threads"])
-    job["arena"] = pe.arena_bytes
+    job["arena_view"] = pe.arena
 
     def fetch() -> list:
         return list(pe.current_outputs().values())
@@ -184,9 +184,10 @@ def _plan_session(job: dict, model: str, feeds: dict):
 def _memory_worker(job: dict) -> dict:
     """Warm up, then one run per repeat between a baseline and a peak reading; outputs saved.
 
-    Where memory is kept between runs — onnxruntime's arena (``defaults``), the plan's arena
-    (``plan``), glibc's heap when the mmap threshold is left as it is — the baseline is read
-    before the first run and the peak is what the runs held at most."""
+    Where memory is kept between runs — onnxruntime's arena (``defaults``), glibc's heap when
+    the mmap threshold is left as it is (``plan`` included) — the baseline is read before the
+    first run and the peak is what the runs held at most. Inside a memory plan with the mmap
+    threshold lowered (the settings ``remat apply`` carries), :func:`_plan_peaks`."""
     import numpy as np
 
     if job.get("mmap", True):
@@ -196,16 +197,12 @@ def _memory_worker(job: dict) -> dict:
     settings = job.get("settings", "replay")
     run, fetch, release, out_names = _session(job, job["model"], feeds, settings)
     peaks: list[int] = []
+    if settings == "plan" and job.get("mmap", True) and not cuda:
+        return _plan_peaks(job, run, fetch, out_names)
     if (settings in ("defaults", "plan") or not job.get("mmap", True)) and not cuda:
         peaks = _held_peaks(run, release, job["warmup"] + max(job["repeat"], 1))
         np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
-        steady = None
-        if settings == "plan":  # the arena (all of it touched by now) + what one more run adds
-            release()
-            base = reset_hwm()
-            run()
-            steady = job["arena"] + hwm() - base
-        return {"peaks": peaks, "executed": None, "steady": steady}
+        return {"peaks": peaks, "executed": None}
     try:
         # On CUDA the first run also creates library handles and loads kernels: never measure it.
         for _ in range(max(job["warmup"], 1 if cuda else 0)):
@@ -228,6 +225,49 @@ def _memory_worker(job: dict) -> dict:
     np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
     executed = _executed_order(job) if job.get("check_order") else None
     return {"peaks": peaks, "executed": executed}
+
+
+def _plan_peaks(job: dict, run, fetch, out_names: list[str]) -> dict:
+    """Inside a memory plan: after the warm-up (at least one run, which pages onnxruntime's
+    machine code in and touches the arena), each run's high-water mark above the resident bytes
+    before it, less the arena's resident pages then (``mincore``), plus the arena: the arena
+    counts whole, and workspace slots handed back before the run and written again in it are
+    not counted twice. The first run's own high-water mark is kept apart."""
+    import numpy as np
+
+    try:
+        base = reset_hwm()
+        run()
+        first = hwm() - base
+        for _ in range(max(job["warmup"], 1) - 1):
+            run()
+        peaks = []
+        for _ in range(max(job["repeat"], 1)):
+            base = reset_hwm() - resident_bytes(job["arena_view"])
+            run()
+            peaks.append(hwm() - base)
+    except Exception as e:  # onnxruntime's own errors
+        raise RunFailed(f"onnxruntime failed while running: {e}") from None
+    np.savez(job["outputs"], **dict(zip(out_names, fetch(), strict=True)))
+    return {"peaks": peaks, "executed": None, "first_run": first}
+
+
+def resident_bytes(arr) -> int:
+    """The bytes of the pages of numpy array `arr` that are resident now (``mincore``)."""
+    import mmap
+
+    import numpy as np
+
+    page = mmap.PAGESIZE
+    lo = arr.ctypes.data // page * page
+    hi = -(-(arr.ctypes.data + arr.nbytes) // page) * page
+    vec = (ctypes.c_ubyte * ((hi - lo) // page))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), vec) != 0:
+        raise RuntimeUnavailable(
+            f"mincore failed (errno {ctypes.get_errno()}): session-mode memory needs Linux"
+        )
+    return int((np.frombuffer(vec, np.uint8) & 1).sum()) * page
 
 
 def _held_peaks(run, release, runs: int) -> list[int]:
@@ -402,7 +442,7 @@ def measure(
             cpu_times=timing["cpu_times"][k],
             peaks=mem["peaks"],
             executed=mem["executed"],
-            steady_peak=mem.get("steady"),
+            first_run_peak=mem.get("first_run"),
             provider=provider,
         )
         for k, mem in enumerate(memory)

@@ -9,7 +9,8 @@ each, whose docstrings say how each part of the model is modelled:
    onnxruntime's shape inference and sizes the tensors;
 3. :mod:`.builder` builds the remat nodes and values (node ids, views, constants, control flow,
    recomputability) and infers training phases;
-4. :mod:`.costs` gives each node its cost (``flops``, ``unit`` or ``profile``).
+4. :mod:`.costs` gives each node its cost (``flops``, ``unit`` or ``profile``), and
+   :mod:`.workspace` its workspace (the scratch onnxruntime's CPU kernel writes while it runs).
 
 :mod:`.common` holds the constants they share. This module has the entry points and re-exports
 the names other modules use.
@@ -69,6 +70,7 @@ from remat_cli.importers.onnx.shapes import (
     shape_of,
     tensor_bytes,
 )
+from remat_cli.importers.onnx.workspace import node_workspace
 
 __all__ = [
     "GRAD_OF_KEY",
@@ -193,9 +195,16 @@ def from_onnx_model(
         costs = profile_times(m, ids, types, node_infos, profile_runs, base_dir)
         for n in nodes:
             n.cost = costs[n.id]
+    for n, info in zip(nodes, node_infos, strict=True):
+        n.workspace = node_workspace(info.proto, lambda t: shape_of(types, t), lambda t: _elem(types, t))
     graph_name = name or g.name or "onnx"
     try:
         return Graph(name=graph_name, cost_unit=COST_UNITS[cost], values=values, nodes=nodes, outputs=outputs)
     except ValidationError as e:  # pydantic wraps the GraphError raised by validation
         msg = str(e.errors()[0].get("msg", e))
         raise GraphError(msg.removeprefix("Value error, ")) from None
+
+
+def _elem(types: Mapping[str, Any], name: str) -> int | None:
+    t = types.get(name)
+    return getattr(t, "elem_type", None)

@@ -47,6 +47,10 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
+#: from this many nodes, a graph whose stack construction fitted gets the stacked portfolio (and
+#: greedy's short share): checkmate's model of the 12-layer decoder (1,886 nodes) was not built in
+#: 120 s, where on graphs of a few hundred nodes it may prove the fixed-order optimum
+STACKED_MIN_NODES = 1500
 #: greedy's share after the stack construction fitted (the 12-layer decoder at 50%, 120 s: greedy
 #: took 8.9 s for 6.14% after stack's 4.96%, while the lanes waited)
 STACKED_GREEDY_SHARE = 0.03
@@ -231,10 +235,10 @@ def _greedy_first(
 
 def portfolio(graph: Graph, stacked: bool = False) -> list[list[str]]:
     """The lanes for `graph` (see the module docstring; one portfolio measured best on every size
-    so far). On a deep stack (`stacked`: the stack construction's schedule fits) two fastsa
-    lanes, seeds apart, warm-started from it: checkmate's and moccasin's models of thousands of
-    nodes are not built within the limit, and a second annealing chain is the better use of
-    that core (the 12-layer decoder at 50%, 120 s: checkmate ended with greedy's schedule and
+    so far). On a deep stack (`stacked`: the stack construction's schedule fits, and the graph
+    has STACKED_MIN_NODES or more) two fastsa lanes, seeds apart, warm-started from it:
+    checkmate's and moccasin's models of thousands of nodes are not built within the limit, and
+    a second annealing chain is the better use of that core (the 12-layer decoder at 50%, 120 s: checkmate ended with greedy's schedule and
     moccasin never started)."""
     if stacked:
         return [["fastsa", "hilp"], ["fastsa"]]
@@ -408,7 +412,7 @@ class Auto(Solver):
                 break  # one fits: the next would be the lanes' warm start only where it is cheaper
             if (r := first_schedule(graph, budget, options, limit, name)) is not None:
                 firsts.append(r)
-        stacked = any(r.name == "stack" for r in firsts)
+        stacked = any(r.name == "stack" for r in firsts) and len(graph.nodes) >= STACKED_MIN_NODES
         spec = str(options.params["portfolio"] or "")
         lanes = (
             [[n for n in lane.split(",") if n] for lane in spec.split("/")]

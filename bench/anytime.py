@@ -58,7 +58,7 @@ def cell(tree: Path, graph: Path, fraction: float, limit: float, solver: str, tm
 @contextlib.contextmanager
 def busy(graph: Path | None) -> Iterator[None]:
     """While the block runs, `remat solve graph -s fastsa` (two workers, an hour's limit) runs
-    beside it, its own process group, stopped at the end."""
+    beside it, its own session, stopped at the end."""
     if graph is None:
         yield
         return
@@ -69,8 +69,14 @@ def busy(graph: Path | None) -> Iterator[None]:
     try:
         yield
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        # SIGTERM: remat's watchdog then kills its solver's own process group (a SIGKILL of the
+        # command would leave that solver running to its hour's limit)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def main() -> None:

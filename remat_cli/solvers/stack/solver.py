@@ -45,8 +45,8 @@ from remat_cli.solvers.stack.pattern import Point, front, saved_values, value_ke
 
 #: the dynamic program's memory grid: the budget in this many steps
 GRID = 4000
-#: the first search uses every FIRST_EVERY-th pattern of the front (and the last): measuring a
-#: pattern costs a pass over the whole stack, so a schedule comes at a third of the cost of all
+#: the second search adds every FIRST_EVERY-th pattern of the front to its two ends: measuring a
+#: pattern costs a pass over the whole stack, so the early schedules come at a fraction of the cost
 FIRST_EVERY = 3
 #: times the program is run again with its budget moved, by bisection, between one whose
 #: schedule measured over the budget and one whose schedule fits
@@ -293,12 +293,14 @@ class Searched:
 
 
 def batches(n: int) -> list[list[int]]:
-    """The front's points (indices, most bytes kept first) in the order they are measured: first
-    every FIRST_EVERY-th and the last (the fewest bytes: the one that fits the tightest budgets),
-    searched at once for an early schedule; then the others, and the search again over all."""
-    first = sorted(set(range(0, n, FIRST_EVERY)) | {n - 1})
-    rest = [i for i in range(n) if i not in first]
-    return [first, rest] if rest else [first]
+    """The front's points (indices, most bytes kept first) in the order they are measured, the
+    program searched again after each batch: first the two ends (keep everything, keep the
+    fewest bytes: some mix of the two fits whatever fits at all), for a schedule at once; then
+    every FIRST_EVERY-th; then the others."""
+    ends = sorted({0, n - 1})
+    every = [i for i in range(0, n, FIRST_EVERY) if i not in ends]
+    rest = [i for i in range(n) if i not in ends and i not in every]
+    return [b for b in (ends, every, rest) if b]
 
 
 class StackSolver(Solver):

@@ -185,3 +185,25 @@ def test_a_lane_past_the_deadline_does_not_hold_auto() -> None:
     deadline = time.monotonic() + 0.3
     auto.Auto._collect([(None, results, hints)], None, deadline, lambda msg: None)
     assert time.monotonic() - deadline < 1.0
+
+
+def test_two_lanes_of_one_solver_get_different_seeds_and_one_process_runs_it_once() -> None:
+    lanes = auto.portfolio(LAYERED, stacked=True)
+    assert [lane[0] for lane in lanes] == ["fastsa", "fastsa"]
+    assert auto.lane_seeds(lanes, 7) == [7, 8]
+    assert auto.lane_seeds(auto.portfolio(LAYERED), 7) == [7, 7]  # the default lanes: as given
+    assert auto.one_lane(lanes) == ["fastsa", "hilp"]
+
+
+def test_on_a_stack_of_blocks_stack_answers_first_and_the_lanes_are_fastsa() -> None:
+    from tests.test_stack import decoder
+
+    g = decoder()
+    b = int(0.5 * baseline(g).peak_memory)
+    stack_only, _ = run_solver(g, b, "stack", SolveOptions(time_limit=60))
+    schedule, result = run_solver(g, b, "auto", SolveOptions(time_limit=3, workers=2, seed=0))
+    assert stack_only is not None and schedule is not None
+    assert schedule.summary.peak_memory <= b
+    assert schedule.summary.cost <= stack_only.summary.cost
+    assert result.params["lanes"] == [auto.one_lane(auto.portfolio(g, stacked=True))]
+    assert "stack feasible" in (result.message or "") and "ratio" not in (result.message or "")

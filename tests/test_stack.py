@@ -117,3 +117,29 @@ def test_program_is_the_optimum_of_its_model(seed: int) -> None:
 def test_refuses_graphs_without_repeated_blocks() -> None:
     why = registry.get("stack").supports(G.random_layered(30, seed=1))
     assert why is not None and "scope" in why
+
+
+def test_first_schedule_comes_before_the_end_and_fits_with_no_time_left() -> None:
+    g = decoder()
+    budget = int(0.5 * baseline(g).peak_memory)
+    seen: list[tuple[int, float]] = []
+
+    def got(steps: list) -> None:
+        sim = simulate(g, steps)
+        seen.append((sim.peak_memory, sim.cost))
+
+    solver = registry.get("stack")
+    res = solver.solve(g, budget, SolveOptions(time_limit=60, params=solver.defaults(), on_incumbent=got))
+    assert res.status == "feasible" and res.steps is not None
+    final = simulate(g, res.steps)
+    # each report fits and is cheaper than the one before; the last is the result
+    assert seen and all(peak <= budget for peak, _ in seen)
+    assert all(a[1] > b[1] for a, b in itertools.pairwise(seen)), seen
+    assert seen[-1] == (final.peak_memory, final.cost)
+    # no time at all: the first search (a third of the patterns) still answers, within budget
+    late = solver.solve(g, budget, SolveOptions(time_limit=0, params=solver.defaults()))
+    assert late.status == "feasible" and late.steps is not None
+    assert simulate(g, late.steps).peak_memory <= budget
+    assert late.message is not None and res.message is not None
+    n_late, n_all = (int(m.split(", ")[1].split()[0]) for m in (late.message, res.message))
+    assert 2 <= n_late < n_all

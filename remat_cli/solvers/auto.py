@@ -4,11 +4,11 @@ complementary methods side by side and keep the best answer; Gomes & Selman, "Al
 portfolios", AIJ 126, 2001, §3: on few processors, interleaving in parallel beats sequential
 splitting when run times are heavy-tailed).
 
-0. The constructions run first, in this process, before the lane processes start: ratio
-   (remat_cli/solvers/ratio), whose first schedule comes early, then on a stack of repeated blocks
-   stack (remat_cli/solvers/stack), which answers once:
-   a schedule within budget in seconds on deep stacks, where greedy may find none within its
-   share; their time counts in greedy's.
+0. The constructions run first, in this process, before the lane processes start, until one
+   fits: on a stack of repeated blocks stack (remat_cli/solvers/stack), elsewhere (or when it
+   finds nothing within the budget) ratio (remat_cli/solvers/ratio). Both report their first
+   schedule early: a schedule within budget in seconds on deep stacks, where greedy may find
+   none within its share; their time counts in greedy's.
 1. greedy runs next, in this process: it is fast (milliseconds to a few seconds), always returns
    a schedule, and its schedule is the warm start (`hint`) of the exact solvers.
 2. The rest of the time goes to *lanes*, each a separate process with the whole remaining time
@@ -47,6 +47,13 @@ DEFAULT_TIME_LIMIT = 60.0
 PARALLEL_MIN_SECONDS = 8.0
 #: share of the time limit greedy may use (it runs every strategy when it has one worker)
 GREEDY_SHARE = 0.2
+#: from this many nodes, a graph whose stack construction fitted gets the stacked portfolio (and
+#: greedy's short share): checkmate's model of the 12-layer decoder (1,886 nodes) was not built in
+#: 120 s, where on graphs of a few hundred nodes it may prove the fixed-order optimum
+STACKED_MIN_NODES = 1500
+#: greedy's share after the stack construction fitted (the 12-layer decoder at 50%, 120 s: greedy
+#: took 8.9 s for 6.14% after stack's 4.96%, while the lanes waited)
+STACKED_GREEDY_SHARE = 0.03
 #: share of the time limit (and least seconds) of the ratio construction before greedy: its first
 #: schedule comes whatever the limit, the rest refines it (a few tenths of a point) while the lanes wait
 FIRST_SHARE = 0.02
@@ -142,8 +149,15 @@ class _Board:
             self.offer(r, replaces=cut)
 
 
-#: the constructions run before greedy, in this order: each offers its schedule to the board
-FIRST = ("ratio", "stack")
+#: the constructions run before greedy, in this order, until one fits: stack (on a stack of
+#: repeated blocks; refused elsewhere) is both quicker to its first schedule and cheaper there,
+#: ratio the first schedule of every other graph
+FIRST = ("stack", "ratio")
+#: each construction's share of the time limit and least seconds (what is left of the limit at
+#: most). ratio's first schedule comes whatever the limit, the rest refines it (a few tenths of a
+#: point) while the lanes wait; stack's measuring and search grow with the depth, and on a short
+#: limit its schedule is worth more than the lanes' first seconds on a deep stack
+FIRST_TIME = {"ratio": (FIRST_SHARE, FIRST_MIN_SECONDS), "stack": (0.1, 4.0)}
 
 
 def first_schedule(
@@ -151,9 +165,9 @@ def first_schedule(
 ) -> _Run | None:
     """The schedule of construction `name` (remat_cli/solvers/ratio: values dropped by bytes per
     recompute cost; remat_cli/solvers/stack: one block's patterns laid over a stack of repeated
-    blocks), given FIRST_SHARE of the limit (at least FIRST_MIN_SECONDS): the lanes' warm start
-    where greedy has none within the budget or a dearer one. None when the construction is not
-    installed, does not support the graph (stack: no repeated blocks) or finds nothing."""
+    blocks), given its FIRST_TIME of the limit: the lanes' warm start where greedy has none
+    within the budget or a dearer one. None when the construction is not installed, does not
+    support the graph (stack: no repeated blocks) or finds nothing within the budget."""
     if name not in registry.names():
         return None
     solver = registry.get(name)
@@ -165,8 +179,10 @@ def first_schedule(
         options.progress(method=name)
         options.incumbent(steps)
 
-    opts = SolveOptions(time_limit=max(FIRST_SHARE * limit, FIRST_MIN_SECONDS), seed=options.seed,
-                        params=solver.defaults(), on_incumbent=first)  # fmt: skip
+    share, least = FIRST_TIME.get(name, (FIRST_SHARE, FIRST_MIN_SECONDS))
+    left = options.remaining()
+    seconds = max(share * limit, least) if left is None else min(max(share * limit, least), left)
+    opts = SolveOptions(time_limit=seconds, seed=options.seed, params=solver.defaults(), on_incumbent=first)
     try:
         res = solver.solve(graph, budget, opts)
     except Exception:  # a construction that fails leaves greedy as before
@@ -177,17 +193,28 @@ def first_schedule(
 
 
 def _greedy_first(
-    graph: Graph, budget: int, options: SolveOptions, limit: float, board: _Board, spent: float = 0.0
+    graph: Graph,
+    budget: int,
+    options: SolveOptions,
+    limit: float,
+    board: _Board,
+    spent: float = 0.0,
+    stacked: bool = False,
 ) -> tuple[list[Step] | None, bool]:
     """Greedy in this process, the warm start: the hint for the lanes (the cheapest schedule
-    within budget of greedy's, the ratio construction's before it and the caller's) and whether
-    the baseline fits."""
+    within budget of greedy's, the constructions' before it and the caller's) and whether the
+    baseline fits. After the stack construction fitted (`stacked`), greedy is neither the answer
+    of last resort nor the lanes' warm start (on the decoders it costs more), so it gets
+    STACKED_GREEDY_SHARE of the limit."""
     greedy = registry.get("greedy")
     t0 = time.monotonic()
+    share = max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit))
+    if stacked:
+        share = min(share, STACKED_GREEDY_SHARE * limit)
     g_opts = SolveOptions(
         # at least a few seconds (half of a short limit): it is the answer of last resort; the
-        # ratio construction's time (`spent`) counts in its share
-        time_limit=max(MIN_RUN_SECONDS, max(GREEDY_SHARE * limit, min(5.0, 0.5 * limit)) - spent),
+        # constructions' time (`spent`) counts in its share
+        time_limit=max(MIN_RUN_SECONDS, share - spent),
         seed=options.seed,
         workers=options.workers,
         params=greedy.defaults(),
@@ -206,10 +233,22 @@ def _greedy_first(
     return hint, g_run.peak is not None and g_run.peak <= budget and g_res.message == "baseline fits"
 
 
-def portfolio(graph: Graph) -> list[list[str]]:
+def portfolio(graph: Graph, stacked: bool = False) -> list[list[str]]:
     """The lanes for `graph` (see the module docstring; one portfolio measured best on every size
-    so far)."""
+    so far). On a deep stack (`stacked`: the stack construction's schedule fits, and the graph
+    has STACKED_MIN_NODES or more) two fastsa lanes, seeds apart, warm-started from it:
+    checkmate's and moccasin's models of thousands of nodes are not built within the limit, and
+    a second annealing chain is the better use of that core (the 12-layer decoder at 50%, 120 s: checkmate ended with greedy's schedule and
+    moccasin never started)."""
+    if stacked:
+        return [["fastsa", "hilp"], ["fastsa"]]
     return [["checkmate", "moccasin"], ["fastsa", "hilp"]]
+
+
+def lane_seeds(lanes: list[list[str]], seed: int) -> list[int]:
+    """Each lane's seed: `seed`, plus one for each earlier lane that starts with the same solver
+    (two fastsa lanes would otherwise run the same chain)."""
+    return [seed + sum(1 for other in lanes[:k] if other[:1] == lane[:1]) for k, lane in enumerate(lanes)]
 
 
 def one_lane(lanes: list[list[str]]) -> list[str]:
@@ -219,7 +258,7 @@ def one_lane(lanes: list[list[str]]) -> list[str]:
     solvers after them (one core, mobilenet_v2_b1 at 50%, 60 s: checkmate took 44 s of a 13.5 s
     share, fastsa got 1.1 s and nothing fit; fastsa first found 9.57% in 7 s)."""
     order = [n for k in range(max(map(len, lanes), default=0)) for lane in lanes for n in lane[k : k + 1]]
-    return sorted(order, key=lambda n: n != "fastsa")
+    return sorted(dict.fromkeys(order), key=lambda n: n != "fastsa")  # a solver in two lanes runs once
 
 
 def _run_lane(
@@ -337,13 +376,21 @@ class Auto(Solver):
             "lanes to run instead of the default ones: solvers joined by ',' within a lane, "
             "lanes by '/', e.g. 'moccasin/fastsa,hilp'",
         ),
-        Param("first", str, ",".join(FIRST), "constructions run before greedy, joined by ',' ('' for none)"),
+        Param(
+            "first",
+            str,
+            ",".join(FIRST),
+            "constructions run before greedy until one fits, joined by ',' ('' for none)",
+        ),
     )
 
     def prepare(self) -> None:
-        """fastsa's kernels, compiled here rather than in a lane under the time limit."""
-        if "fastsa" in registry.names():
-            registry.get("fastsa").prepare()
+        """fastsa's kernels, compiled here rather than in a lane under the time limit, and the
+        constructions loaded (stack's CP-SAT: over half a second of imports before its first
+        schedule, longer than its measuring on a 12-layer decoder)."""
+        for name in ("fastsa", *FIRST):
+            if name in registry.names():
+                registry.get(name).prepare()
 
     def notes(self) -> str:
         return (
@@ -356,17 +403,25 @@ class Auto(Solver):
         limit = options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT
         deadline = options.started + limit
         lane_deadline = deadline - MARGIN_SHARE * limit
-        base = baseline(graph)
         board = _Board(graph, budget, options)
+        # 0. the constructions, alone on the machine: a schedule within budget in seconds,
+        # whatever greedy finds
+        firsts = []
+        for name in (n for n in str(options.params["first"]).split(",") if n):
+            if firsts:
+                break  # one fits: the next would be the lanes' warm start only where it is cheaper
+            if (r := first_schedule(graph, budget, options, limit, name)) is not None:
+                firsts.append(r)
+        stacked = any(r.name == "stack" for r in firsts) and len(graph.nodes) >= STACKED_MIN_NODES
         spec = str(options.params["portfolio"] or "")
-        lanes = [[n for n in lane.split(",") if n] for lane in spec.split("/")] if spec else portfolio(graph)
+        lanes = (
+            [[n for n in lane.split(",") if n] for lane in spec.split("/")]
+            if spec
+            else portfolio(graph, stacked)
+        )
         lanes = [lane for lane in lanes if lane]
         n_lanes = int(options.params["lanes"])
         parallel = n_lanes > 1 and options.workers > 1 and limit >= PARALLEL_MIN_SECONDS and len(lanes) > 1
-        # 0. the constructions, alone on the machine: a schedule within budget in seconds,
-        # whatever greedy finds
-        names = [n for n in str(options.params["first"]).split(",") if n]
-        firsts = [r for name in names if (r := first_schedule(graph, budget, options, limit, name))]
         # then the lane processes: their imports overlap greedy's run
         lane_procs = self._start(lanes, graph, budget, lane_deadline, options) if parallel else None
         try:
@@ -374,9 +429,8 @@ class Auto(Solver):
                 board.runs.append(first)
                 board.offer(first)
             # 1. greedy, the warm start
-            hint, baseline_fits = _greedy_first(
-                graph, budget, options, limit, board, sum(r.seconds for r in firsts)
-            )
+            spent = sum(r.seconds for r in firsts)
+            hint, baseline_fits = _greedy_first(graph, budget, options, limit, board, spent, stacked)
             if baseline_fits:
                 lanes = []  # the baseline is the cheapest schedule: nothing to search
             # 2. the lanes
@@ -412,7 +466,7 @@ class Auto(Solver):
             objective=win.cost,
             lower_bound=wres.lower_bound if wres is not None and status == "optimal" else None,
             params={"winner": win.name, "lanes": lanes if parallel else [one_lane(lanes)]},
-            message=self._message(win, runs, base.cost, budget, parallel),
+            message=self._message(win, runs, baseline(graph).cost, budget, parallel),
             best_peak=None if ok else win.peak,
         )
 
@@ -427,7 +481,7 @@ class Auto(Solver):
         workers = max(1, options.workers // len(lanes))
         full_limit = options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT
         procs = []
-        for names in lanes:
+        for names, seed in zip(lanes, lane_seeds(lanes, options.seed), strict=True):
             results, results_child = ctx.Pipe(duplex=False)
             hints_child, hints = ctx.Pipe(duplex=False)
             p = ctx.Process(
@@ -437,7 +491,7 @@ class Auto(Solver):
                     graph,
                     budget,
                     lane_deadline,
-                    options.seed,
+                    seed,
                     workers,
                     hints_child,
                     results_child,

@@ -29,6 +29,7 @@ in the block. A pattern found on one block applies to every block with the same 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -97,9 +98,13 @@ def saved_values(graph: Graph, block: list[str], forward: set[str], rest: set[st
     return out
 
 
-def front(graph: Graph, block: list[str], saved: list[str], keys: dict[str, tuple]) -> list[Point]:
+def front(
+    graph: Graph, block: list[str], saved: list[str], keys: dict[str, tuple], until: float | None = None
+) -> list[Point]:
     """The Pareto front of `block`'s keep patterns (module docstring), most bytes kept first:
-    it starts at keeping everything (cost 0) and ends at the least the model can keep."""
+    it starts at keeping everything (cost 0) and ends at the least the model can keep. Past
+    `until` (time.monotonic()) the front jumps to its end (the fewest bytes), each solve given a
+    tenth of a second: the solves take milliseconds unless the machine is starved."""
     nm, producer = graph.node_map, graph.producer
     inside = set(block)
     block_cost = sum(nm[n].cost for n in block) or 1.0
@@ -129,26 +134,35 @@ def front(graph: Graph, block: list[str], saved: list[str], keys: dict[str, tupl
     limit = total
     while limit >= 0:
         # the cheapest pattern within `limit` bytes, then the fewest bytes within eps of its cost
-        cheapest = _solve(m, cost, {kept_cap: limit, cost_cap: sum(units.values())})
+        late = until is not None and time.monotonic() > until
+        seconds = 0.1 if late else CAP_SECONDS
+        end = late and bool(points)
+        if end:
+            limit = 0  # straight to the front's end: the pattern for the tightest budgets
+        cheapest = _solve(m, cost, {kept_cap: limit, cost_cap: sum(units.values())}, seconds)
         if cheapest is None:
             break
         c = round(cheapest.objective_value)
-        fewest = _solve(m, kept, {kept_cap: limit, cost_cap: c + eps}) or cheapest
+        fewest = _solve(m, kept, {kept_cap: limit, cost_cap: c + eps}, seconds) or cheapest
         bytes_kept = sum(size[v] for v in saved if fewest.value(k[v]))
         dropped = frozenset(keys[v] for v in saved if not fewest.value(k[v]))
         spent = sum(nm[n].cost for n in block if fewest.value(r[n]))
         points.append(Point(dropped, bytes_kept, spent))
+        if end:
+            break
         limit = bytes_kept - 1
     return points
 
 
-def _solve(m: cp_model.CpModel, objective: cp_model.LinearExpr, caps: dict) -> cp_model.CpSolver | None:
+def _solve(
+    m: cp_model.CpModel, objective: cp_model.LinearExpr, caps: dict, seconds: float = CAP_SECONDS
+) -> cp_model.CpSolver | None:
     """`m` minimising `objective` with each cap variable's upper bound set; None if infeasible."""
     for var, high in caps.items():
         m.proto.variables[var.index].domain[1] = high
     m.minimize(objective)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = CAP_SECONDS
+    solver.parameters.max_time_in_seconds = seconds
     solver.parameters.num_workers = 1
     if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -31,6 +31,7 @@ costs little more than a 12-layer one, and the overhead does not grow with depth
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,9 @@ from remat_cli.solvers.stack.pattern import Point, front, saved_values, value_ke
 
 #: the dynamic program's memory grid: the budget in this many steps
 GRID = 4000
+#: the second search adds every FIRST_EVERY-th pattern of the front to its two ends: measuring a
+#: pattern costs a pass over the whole stack, so the early schedules come at a fraction of the cost
+FIRST_EVERY = 3
 #: times the program is run again with its budget moved, by bisection, between one whose
 #: schedule measured over the budget and one whose schedule fits
 RETRIES = 8
@@ -62,7 +66,9 @@ class Stack:
     forward: set[str]
 
     @classmethod
-    def of(cls, graph: Graph) -> Stack:
+    def of(cls, graph: Graph, until: float | None = None) -> Stack:
+        """The blocks of `graph` and the front of its middle block (found until `until`,
+        time.monotonic(), at most)."""
         passes = Passes.of(graph)
         _, blocks = blocks_of(graph, passes.forward)
         fw, rest = set(passes.forward), set(passes.rest)
@@ -80,7 +86,7 @@ class Stack:
             cands.append(out)
         middle = blocks[len(blocks) // 2]
         fw_saved = saved_values(graph, middle, fw, rest)
-        pts = front(graph, middle, fw_saved, value_keys(graph, middle, _prefix(graph, middle)))
+        pts = front(graph, middle, fw_saved, value_keys(graph, middle, _prefix(graph, middle)), until)
         block_of = {n: k for k, b in enumerate(blocks) for n in b}
         return cls(graph, order, blocks, cands, pts, block_of, fw)
 
@@ -234,17 +240,22 @@ class Found:
 
 
 def search(
-    st: Stack, ms: list[Measured], budget: int, retries: int, until: float
-) -> tuple[Found | None, Found | None]:
-    """The program's cheapest schedule that fits `budget`, and the lowest-peak one it measured.
-    The program's own budget starts at `budget`; after a schedule over it, the next run's is
+    st: Stack,
+    ms: list[Measured],
+    budget: int,
+    retries: int,
+    until: float,
+    found: Searched,
+    report: Callable[[Found], None],
+) -> None:
+    """The program's cheapest schedule that fits `budget` into `found` (each one cheaper than
+    the best so far handed to `report` at once), and the lowest-peak one it measured. The
+    program's own budget starts at `budget`; after a schedule over it, the next run's is
     lowered by the excess (or bisected, once one fitted), after one within it raised halfway to
     the last that did not fit."""
     graph, L = st.graph, len(st.blocks)
     hi, lo = budget, None  # the program's budgets known too high (over) / that fit
     b = budget
-    best: Found | None = None
-    lowest: Found | None = None
     for _ in range(retries + 1):
         picks = program(ms, b, L)
         if picks is None:
@@ -254,11 +265,12 @@ def search(
             seq = st.seq([ms[j].point for j in picks])
             peak, cost, _ = measure(graph, seq)
             f = Found(seq, peak, cost)
-            if lowest is None or peak < lowest.peak:
-                lowest = f
+            if found.lowest is None or peak < found.lowest.peak:
+                found.lowest = f
             if peak <= budget:
-                if best is None or cost < best.cost:
-                    best = f
+                if found.best is None or cost < found.best.cost:
+                    found.best = f
+                    report(f)
                 lo = b
             else:
                 hi = b
@@ -270,7 +282,25 @@ def search(
             b = (lo + hi) // 2
         if time.monotonic() > until:
             break
-    return best, lowest
+
+
+@dataclass
+class Searched:
+    """What the searches found so far: the cheapest schedule within the budget, the lowest peak."""
+
+    best: Found | None = None
+    lowest: Found | None = None
+
+
+def batches(n: int) -> list[list[int]]:
+    """The front's points (indices, most bytes kept first) in the order they are measured, the
+    program searched again after each batch: first the two ends (keep everything, keep the
+    fewest bytes: some mix of the two fits whatever fits at all), for a schedule at once; then
+    every FIRST_EVERY-th; then the others."""
+    ends = sorted({0, n - 1})
+    every = [i for i in range(0, n, FIRST_EVERY) if i not in ends]
+    rest = [i for i in range(n) if i not in ends and i not in every]
+    return [b for b in (ends, every, rest) if b]
 
 
 class StackSolver(Solver):
@@ -307,15 +337,26 @@ class StackSolver(Solver):
             return SolverResult(steps=baseline_steps(graph), status="feasible", message="baseline fits")
         left = options.remaining()
         until = time.monotonic() + (left if left is not None else 60.0)
-        st = Stack.of(graph)
-        ms = [measured(st, p) for p in st.front]
-        best, lowest = search(st, ms, budget, int(options.params["retries"]), until)
-        how = f"{len(st.blocks)} blocks, {len(st.front)} patterns of one block"
+        st = Stack.of(graph, until)
+        retries = int(options.params["retries"])
+        found = Searched()
+
+        def report(f: Found) -> None:  # the watchdog's answer should the time run out
+            options.incumbent(steps_from_sequence(graph, f.seq))
+            options.progress(incumbent=f.cost)
+
+        ms: list[Measured] = []
+        for batch in batches(len(st.front)):
+            if ms and time.monotonic() > until:
+                break
+            ms.extend(measured(st, st.front[i]) for i in batch)
+            search(st, ms, budget, retries, until, found, report)
+        how = f"{len(st.blocks)} blocks, {len(ms)} patterns of one block"
+        best, lowest = found.best, found.lowest
         if best is None:
             seq = lowest.seq if lowest is not None else list(graph.needed_order)
             peak = lowest.peak if lowest is not None else base_peak
             return SolverResult(steps=steps_from_sequence(graph, seq), status="infeasible", best_peak=peak,
                                 message=f"no combination of patterns fits ({how})")  # fmt: skip
         steps = steps_from_sequence(graph, best.seq)
-        options.incumbent(steps)
         return SolverResult(steps=steps, status="feasible", objective=best.cost, message=how)

@@ -128,12 +128,6 @@ class Intervals:
             ]
         return out
 
-    def end_before(self, v: int, b: int) -> int | None:
-        """The end of value v's last interval that starts before position b, or None."""
-        ids = self.ids[self.ptr[v] : self.ptr[v + 1]]
-        before = ids[self.start[ids] < b]
-        return int(self.end[before[-1]]) if len(before) else None
-
     def starting_at(self, a: Arrays, seq: list[int], i: int) -> list[tuple[int, int, list[int]]]:
         """The intervals opened at position i: those of the outputs of the node computed there."""
         return [iv for o in a.outs[seq[i]] for iv in self[o] if iv[0] == i]
@@ -266,6 +260,35 @@ def _segment_loss(prof: np.ndarray, lo: int, hi: int, add: float, budget: float)
 
 
 @njit(cache=True)
+def _kept_alive(
+    x: int,
+    b: int,
+    size: float,
+    prof: np.ndarray,
+    budget: float,
+    ptr: np.ndarray,
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> tuple[float, float]:
+    """(excess added by keeping value x, of `size` bytes, alive from its last read before
+    position b up to b; x's bytes when it is not live at instant b, since a recomputation
+    inserted before b holds them there too). Infinite when x has no copy before b."""
+    ex = -1
+    for q in range(ptr[x + 1] - 1, ptr[x] - 1, -1):
+        if start[ids[q]] < b:
+            ex = end[ids[q]]
+            break
+    else:
+        return np.inf, size
+    if ex >= b:
+        return 0.0, 0.0
+    if b <= ex + 1 or prof[ex + 1 : b].max() + size <= budget:
+        return 0.0, size
+    return _segment_loss(prof, ex + 1, b, size, budget), size
+
+
+@njit(cache=True)
 def _sum_of_min(x: np.ndarray, lo: int, hi: int, cap: float) -> float:
     """``np.sum(np.minimum(x[lo:hi], cap))``, bit for bit: numpy's pairwise summation (runs
     under 8 added in turn, blocks up to 128 in eight lanes, longer ones halved at a multiple
@@ -355,6 +378,7 @@ def _best_split(
     the one lowering (peak, total excess) the most wins: slower, but free of the estimates."""
     excess = np.maximum(prof - budget, 0.0)
     size, cost_of, evictable, ins, producer = a.size_l, a.cost_l, a.evictable_l, a.ins, a.producer
+    ptr, ids, start, end = intervals.ptr, intervals.ids, intervals.start, intervals.end
 
     keep_memo: dict[tuple[int, int], tuple[float, float]] = {}
     plan_memo: dict[tuple[int, int, int], tuple[float, float, float, list[int]]] = {}
@@ -363,20 +387,8 @@ def _best_split(
         key = (x, b)
         r = keep_memo.get(key)
         if r is None:
-            r = keep_memo[key] = _keep_alive(x, b)
+            r = keep_memo[key] = _kept_alive(x, b, size[x], prof, budget, ptr, ids, start, end)
         return r
-
-    def _keep_alive(x: int, b: int) -> tuple[float, float]:
-        # (excess added by keeping x alive from its last read before b up to b, x's bytes when it
-        # is not live at instant b: a recomputation inserted before b holds them there too)
-        ex = intervals.end_before(x, b)
-        if ex is None:
-            return np.inf, size[x]
-        if ex >= b:
-            return 0.0, 0.0
-        if b <= ex + 1 or float(prof[ex + 1 : b].max()) + size[x] <= budget:
-            return 0.0, size[x]
-        return _segment_loss(prof, ex + 1, b, size[x], budget), size[x]
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, float, list[int]]:
         key = (p, b, d)

@@ -1,7 +1,7 @@
 """Export a PyTorch model's training step (forward + loss + backward) as an ONNX graph that
 remat can import and `remat run` can replay (needs the optional extra ``remat-cli[torch]``).
 
-Route: ``make_fx`` (real tracing) of ``torch.func.grad_and_value`` over ``functional_call``,
+Route: ``make_fx`` (on fake tensors) of ``torch.func.grad_and_value`` over ``functional_call``,
 decomposed with ``core_aten_decompositions()`` plus decompositions the ONNX exporter lacks or
 that keep onnxruntime's hidden temporaries small (:mod:`remat_cli.importers.torch_decompositions`)
 — then ``torch.onnx.export(gm, ..., dynamo=True)``. Attention is
@@ -22,10 +22,11 @@ of tensors (token ids and an attention mask), then ``loss = loss_fn(model(*x), y
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import warnings
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,13 +105,7 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     for m in tracked:
         m.track_running_stats = False
     try:
-        with (
-            sdpa_kernel(SDPBackend.MATH),
-            torch.backends.mkldnn.flags(enabled=False),
-            fx_traceback.preserve_node_meta(),
-            recording_scopes(model),
-        ):
-            gm = make_fx(step, decomposition_table=decompositions(), tracing_mode="real")(*params, *xs, y)
+        gm = _trace(step, model, (*params, *xs, y))
     finally:
         for m in tracked:
             m.track_running_stats = True
@@ -118,16 +113,17 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     # exporter warn.
     gm.eval()
     safe = [n.replace(".", "_") for n in names]
-    program = torch.onnx.export(
-        gm,
-        (*params, *xs, y),
-        dynamo=True,
-        input_names=[*safe, *(["x"] if len(xs) == 1 else [f"x{k}" for k in range(len(xs))]), "y"],
-        output_names=["loss", *(f"grad_{n}" for n in safe)],
-        optimize=True,
-        external_data=False,
-        verbose=False,
-    )
+    with _multi_output_patterns_checked_first():
+        program = torch.onnx.export(
+            gm,
+            (*params, *xs, y),
+            dynamo=True,
+            input_names=[*safe, *(["x"] if len(xs) == 1 else [f"x{k}" for k in range(len(xs))]), "y"],
+            output_names=["loss", *(f"grad_{n}" for n in safe)],
+            optimize=True,
+            external_data=False,
+            verbose=False,
+        )
     proto = onnx.inliner.inline_local_functions(program.model_proto)
     proto = _unique_names(proto)
     step_of = _write_grad_of(proto, program, _op_groups(gm))
@@ -151,6 +147,51 @@ def export_training_graph(spec: Spec, path: str | Path, name: str = "train", che
     return path
 
 
+def _trace(step: Callable, model: nn.Module, args: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
+    """`step` traced into aten ops (``make_fx`` with remat's decompositions) on fake tensors:
+    shapes and dtypes only, so tracing neither computes the step nor holds its tensors (traced
+    on real tensors, a deep decoder kept about four times its baseline peak resident). The
+    recorded ops are the same: a step whose ops depend on its values (``.item()``) cannot be
+    traced on real tensors either. The model's buffers stay real (``_allow_non_fake_inputs``)."""
+    with (
+        sdpa_kernel(SDPBackend.MATH),
+        torch.backends.mkldnn.flags(enabled=False),
+        fx_traceback.preserve_node_meta(),
+        recording_scopes(model),
+    ):
+        trace = make_fx(
+            step, decomposition_table=decompositions(), tracing_mode="fake", _allow_non_fake_inputs=True
+        )
+        return trace(*args)
+
+
+@contextlib.contextmanager
+def _multi_output_patterns_checked_first() -> Iterator[None]:
+    """While inside, onnxscript's pattern matcher tries a rewrite rule whose pattern has several
+    output nodes (its optimizer's ``SlicesSplit``: two Slices of one tensor into a Split) at a node
+    only when that node passes the first output node's own check (op type, domain, attributes).
+    The matcher otherwise indexes the whole graph by op type, and then tries every combination
+    of candidates, at every node, before that check fails on the first: quadratic in the nodes
+    (three quarters of a 24-layer decoder's export). A node failing that check fails every
+    combination, so the rewrites, and the exported graph, are the same."""
+    from onnxscript.rewriter import _basics, _matcher
+
+    match = _matcher.SimplePatternMatcher.match
+
+    def checked_first(self, model, graph_or_function, node, **kwargs):  # noqa: ANN001, ANN202
+        if not self.pattern.has_single_output_node:
+            first = self.pattern.output_nodes[0].matches(node, _basics.MatchResult())
+            if not first:
+                return first
+        return match(self, model, graph_or_function, node, **kwargs)
+
+    _matcher.SimplePatternMatcher.match = checked_first
+    try:
+        yield
+    finally:
+        _matcher.SimplePatternMatcher.match = match
+
+
 class InvalidExport(ValueError):
     """torch.onnx's export of the step is not a valid ONNX model (onnx.checker's reason)."""
 
@@ -170,21 +211,13 @@ def _check_against_autograd(path: Path, step: _Step, random: list[str], name: st
     onnxruntime's ScatterND/ScatterElements with reduction=add loses updates on more). With
     `random` (the op types of the graph that draw random numbers) only their shapes can agree.
     `name`: the file's name in the messages."""
-    import onnxruntime as ort
-
     model, loss_fn, params, xs, y = step
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), [*params, *xs, y], strict=True)}
-    got = sess.run(None, feeds)
+    outputs, got = _onnxruntime_step(path, [*params, *xs, y])
     model.zero_grad()
     with sdpa_kernel(SDPBackend.MATH):
         loss = loss_fn(model(*xs), y)
     loss.backward()
     want = [loss.detach().numpy(), *(p.grad.numpy() for p in model.parameters())]
-    outputs = [o.name for o in sess.get_outputs()]
     for o, g, w in zip(outputs, got, want, strict=True):
         if g.shape != w.shape:
             raise AssertionError(f"{name}: output {o} has shape {g.shape}, autograd's {w.shape}")
@@ -223,6 +256,21 @@ def _check_against_autograd(path: Path, step: _Step, random: list[str], name: st
                         f"torch autograd within {FLOAT64_MATCH[0]:g}"),
         stacklevel=3,
     )  # fmt: skip
+
+
+def _onnxruntime_step(path: Path, inputs: list[torch.Tensor]) -> tuple[list[str], list[np.ndarray]]:
+    """The names and values of the outputs of the graph at `path` on onnxruntime (one intra-op
+    thread), fed `inputs` in order. Without the memory arena, which keeps the step's whole peak
+    allocated after the run, and the session gone on return: autograd's own step, run next,
+    then reuses that memory rather than adding to it."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.enable_cpu_mem_arena = False
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), inputs, strict=True)}
+    return [o.name for o in sess.get_outputs()], sess.run(None, feeds)
 
 
 #: (relative error, share of the largest output) within which the loss and gradients agree: in

@@ -37,6 +37,19 @@ class Arrays:
         self.size_l: list[float] = self.size.tolist()
         self.cost_l: list[float] = self.cost.tolist()
         self.evictable_l: list[bool] = self.evictable.tolist()
+        # the same as flat arrays for the split planner's numba kernels: node k's inputs are
+        # ins_flat[ins_ptr[k]:ins_ptr[k + 1]], its outputs likewise
+        self.ins_ptr, self.ins_flat = _flat(self.ins)
+        self.outs_ptr, self.outs_flat = _flat(self.outs)
+        self.workspace_a = np.array(self.workspace, dtype=np.float64)
+
+
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, concatenation) of `lists`: list k is flat[ptr[k]:ptr[k + 1]]."""
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    flat = np.fromiter((v for x in lists for v in x), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, flat
 
 
 def low_memory_order(graph: Graph) -> list[str]:

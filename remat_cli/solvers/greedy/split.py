@@ -20,31 +20,134 @@ MOVE_WINDOW = 64
 EXACT_CANDIDATES = 16
 
 
-def _decode(a: Arrays, seq: list[int]) -> tuple[np.ndarray, list[list[tuple[int, int, list[int]]]]]:
+@njit(cache=True)
+def _decode_kernel(
+    seq: np.ndarray,
+    ins_ptr: np.ndarray,
+    ins_flat: np.ndarray,
+    outs_ptr: np.ndarray,
+    outs_flat: np.ndarray,
+    size: np.ndarray,
+    is_output: np.ndarray,
+    workspace: np.ndarray,
+    resident_bytes: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and the live
+    intervals as flat arrays: value v's intervals are ``ids[ptr[v]:ptr[v + 1]]`` (by start), each
+    interval i from ``start[i]`` to ``end[i]`` (inclusive), read at ``uses[use_ptr[i]:use_ptr[i + 1]]``
+    (ascending). Each compute of a value opens an interval (closing the one before) that lasts
+    to its last read; a graph output's last one lasts to the end."""
+    n, nv = len(seq), len(size)
+    n_iv = 0
+    n_reads = 0
+    for k in range(n):
+        n_iv += outs_ptr[seq[k] + 1] - outs_ptr[seq[k]]
+        n_reads += ins_ptr[seq[k] + 1] - ins_ptr[seq[k]]
+    value = np.empty(n_iv, np.int64)
+    start = np.empty(n_iv, np.int64)
+    end = np.empty(n_iv, np.int64)
+    last = np.full(n_iv, -1, np.int64)
+    read_iv = np.empty(n_reads, np.int64)
+    read_at = np.empty(n_reads, np.int64)
+    open_iv = np.full(nv, -1, np.int64)
+    m = 0
+    r = 0
+    for k in range(n):
+        node = seq[k]
+        for j in range(ins_ptr[node], ins_ptr[node + 1]):
+            i = open_iv[ins_flat[j]]
+            read_iv[r] = i
+            read_at[r] = k
+            r += 1
+            last[i] = k
+        for j in range(outs_ptr[node], outs_ptr[node + 1]):
+            o = outs_flat[j]
+            i = open_iv[o]
+            if i >= 0:
+                end[i] = last[i] if last[i] >= 0 else start[i]
+            value[m] = o
+            start[m] = k
+            open_iv[o] = m
+            m += 1
+    for o in range(nv):
+        i = open_iv[o]
+        if i >= 0:
+            end[i] = n - 1 if is_output[o] else (last[i] if last[i] >= 0 else start[i])
+    # bytes are whole numbers: the sums are exact in any order
+    diff = np.zeros(n + 1)
+    for i in range(n_iv):
+        diff[start[i]] += size[value[i]]
+        diff[end[i] + 1] -= size[value[i]]
+    prof = np.empty(n)
+    acc = 0.0
+    for k in range(n):
+        acc += diff[k]
+        prof[k] = acc + resident_bytes + workspace[seq[k]]
+    # intervals grouped by value, reads grouped by interval (counting sorts keep the order)
+    ptr = np.zeros(nv + 1, np.int64)
+    for i in range(n_iv):
+        ptr[value[i] + 1] += 1
+    for v in range(nv):
+        ptr[v + 1] += ptr[v]
+    ids = np.empty(n_iv, np.int64)
+    fill = ptr[:-1].copy()
+    for i in range(n_iv):
+        ids[fill[value[i]]] = i
+        fill[value[i]] += 1
+    use_ptr = np.zeros(n_iv + 1, np.int64)
+    for q in range(n_reads):
+        use_ptr[read_iv[q] + 1] += 1
+    for i in range(n_iv):
+        use_ptr[i + 1] += use_ptr[i]
+    uses = np.empty(n_reads, np.int64)
+    at = use_ptr[:-1].copy()
+    for q in range(n_reads):
+        uses[at[read_iv[q]]] = read_at[q]
+        at[read_iv[q]] += 1
+    return prof, ptr, ids, start, end, use_ptr, uses
+
+
+class Intervals:
+    """The live intervals of one decoded sequence (:func:`_decode_kernel`'s flat arrays);
+    ``intervals[v]`` is value v's list of (start, end, positions reading it), built on first
+    access."""
+
+    def __init__(self, flat: tuple[np.ndarray, ...]) -> None:
+        self.flat = flat
+        self.ptr, self.ids, self.start, self.end, self.use_ptr, self.uses = flat
+        self._built: dict[int, list[tuple[int, int, list[int]]]] = {}
+
+    def __getitem__(self, v: int) -> list[tuple[int, int, list[int]]]:
+        out = self._built.get(v)
+        if out is None:
+            ids = self.ids[self.ptr[v] : self.ptr[v + 1]].tolist()
+            lo, hi = self.use_ptr[ids].tolist(), self.use_ptr[[i + 1 for i in ids]].tolist()
+            out = self._built[v] = [
+                (s, e, self.uses[u:w].tolist())
+                for s, e, u, w in zip(self.start[ids].tolist(), self.end[ids].tolist(), lo, hi, strict=True)
+            ]
+        return out
+
+    def starting_at(self, a: Arrays, seq: list[int], i: int) -> list[tuple[int, int, list[int]]]:
+        """The intervals opened at position i: those of the outputs of the node computed there."""
+        return [iv for o in a.outs[seq[i]] for iv in self[o] if iv[0] == i]
+
+
+def _decode(a: Arrays, seq: list[int]) -> tuple[np.ndarray, Intervals]:
     """The memory at each compute instant of `seq` as `steps_from_sequence` frees it, and each
     value's live intervals (start, end, positions reading it), inclusive."""
-    nv = len(a.size)
-    opened: dict[int, tuple[int, list[int]]] = {}
-    intervals: list[list[tuple[int, int, list[int]]]] = [[] for _ in range(nv)]
-    for k, n in enumerate(seq):
-        for x in a.ins[n]:
-            opened[x][1].append(k)
-        for o in a.outs[n]:
-            if o in opened:
-                s, uses = opened.pop(o)
-                intervals[o].append((s, uses[-1] if uses else s, uses))
-            opened[o] = (k, [])
-    last = len(seq) - 1
-    for o, (s, uses) in opened.items():
-        intervals[o].append((s, last if a.is_output[o] else (uses[-1] if uses else s), uses))
-    diff = [0.0] * (len(seq) + 1)  # a list: numpy scalar updates cost several times more
-    size = a.size_l
-    for v, ivs in enumerate(intervals):
-        for s, e, _ in ivs:
-            diff[s] += size[v]
-            diff[e + 1] -= size[v]
-    ws = np.array([a.workspace[n] for n in seq], dtype=np.float64)
-    return np.cumsum(np.array(diff[:-1])) + a.resident_bytes + ws, intervals
+    prof, *flat = _decode_kernel(
+        np.array(seq, dtype=np.int64),
+        a.ins_ptr,
+        a.ins_flat,
+        a.outs_ptr,
+        a.outs_flat,
+        a.size,
+        a.is_output,
+        a.workspace_a,
+        float(a.resident_bytes),
+    )
+    return prof, Intervals(tuple(flat))
 
 
 def run_split(
@@ -105,7 +208,7 @@ def _best_move(
     a: Arrays,
     seq: list[int],
     prof: np.ndarray,
-    intervals: list[list[tuple[int, int, list[int]]]],
+    intervals: Intervals,
     t: int,
     budget: float,
 ) -> list[int] | None:
@@ -114,14 +217,12 @@ def _best_move(
     when its inputs all exist before t -- that lowers (peak, total excess) the most, scored on
     the exact profile; None when no move lowers it. (The operator order is a lever of its own:
     RL n500 at 70% is reached only so.)"""
-    first_use: dict[int, list[int]] = {}
-    for ivs in intervals:
-        for s, _, uses in ivs:
-            first_use.setdefault(s, []).append(uses[0] if uses else len(seq))
     candidates: list[list[int]] = []
     for i in range(max(0, t - MOVE_WINDOW), t):
         n = seq[i]
-        if all(u > t for u in first_use.get(i, ())) and n not in seq[i + 1 : t + 1]:
+        # nothing reads the values computed at i until after t
+        unread = all((uses[0] if uses else len(seq)) > t for _, _, uses in intervals.starting_at(a, seq, i))
+        if unread and n not in seq[i + 1 : t + 1]:
             candidates.append(seq[:i] + seq[i + 1 : t + 1] + [n] + seq[t + 1 :])
     for i in range(t + 1, min(len(seq), t + MOVE_WINDOW)):
         n = seq[i]
@@ -158,11 +259,115 @@ def _segment_loss(prof: np.ndarray, lo: int, hi: int, add: float, budget: float)
     return total
 
 
+@njit(cache=True)
+def _kept_alive(
+    x: int,
+    b: int,
+    size: float,
+    prof: np.ndarray,
+    budget: float,
+    ptr: np.ndarray,
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> tuple[float, float]:
+    """(excess added by keeping value x, of `size` bytes, alive from its last read before
+    position b up to b; x's bytes when it is not live at instant b, since a recomputation
+    inserted before b holds them there too). Infinite when x has no copy before b."""
+    ex = -1
+    for q in range(ptr[x + 1] - 1, ptr[x] - 1, -1):
+        if start[ids[q]] < b:
+            ex = end[ids[q]]
+            break
+    else:
+        return np.inf, size
+    if ex >= b:
+        return 0.0, 0.0
+    if b <= ex + 1 or prof[ex + 1 : b].max() + size <= budget:
+        return 0.0, size
+    return _segment_loss(prof, ex + 1, b, size, budget), size
+
+
+@njit(cache=True)
+def _sum_of_min(x: np.ndarray, lo: int, hi: int, cap: float) -> float:
+    """``np.sum(np.minimum(x[lo:hi], cap))``, bit for bit: numpy's pairwise summation (runs
+    under 8 added in turn, blocks up to 128 in eight lanes, longer ones halved at a multiple
+    of 8), so the scores, and the ties between them, are numpy's."""
+    n = hi - lo
+    if n < 8:
+        res = 0.0
+        for i in range(lo, hi):
+            res += min(x[i], cap)
+        return res
+    if n <= 128:
+        r = np.empty(8)
+        for j in range(8):
+            r[j] = min(x[lo + j], cap)
+        i = 8
+        while i < n - (n % 8):
+            for j in range(8):
+                r[j] += min(x[lo + i + j], cap)
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res += min(x[lo + i], cap)
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _sum_of_min(x, lo, lo + n2, cap) + _sum_of_min(x, lo + n2, hi, cap)
+
+
+@njit(cache=True)
+def _live_across(
+    t: int,
+    candidate: np.ndarray,
+    excess: np.ndarray,
+    size: np.ndarray,
+    ptr: np.ndarray,
+    ids: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    use_ptr: np.ndarray,
+    uses: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each `candidate` value live across instant t (its first interval with start < t <
+    end), by value: the value, its next read b after t, and the excess its bytes cover between
+    its last read before t (or its start) and b -- what recomputing it right before b removes."""
+    nv = len(size)
+    vs = np.empty(nv, np.int64)
+    bs = np.empty(nv, np.int64)
+    gains = np.empty(nv)
+    m = 0
+    for v in range(nv):
+        if not candidate[v]:
+            continue
+        for q in range(ptr[v], ptr[v + 1]):
+            i = ids[q]
+            if not (start[i] < t < end[i]):
+                continue
+            lo = start[i]
+            b = -1
+            for j in range(use_ptr[i], use_ptr[i + 1]):
+                u = uses[j]
+                if u < t:
+                    lo = u
+                elif u > t:
+                    b = u
+                    break
+            vs[m] = v
+            bs[m] = b
+            gains[m] = _sum_of_min(excess, lo + 1, b, size[v])
+            m += 1
+            break
+    return vs[:m], bs[:m], gains[:m]
+
+
 def _best_split(
     a: Arrays,
     seq: list[int],
     prof: np.ndarray,
-    intervals: list[list[tuple[int, int, list[int]]]],
+    intervals: Intervals,
     t: int,
     budget: float,
     depth: int,
@@ -172,19 +377,8 @@ def _best_split(
     With `exact`, the first `exact` candidates (by the score bound) are inserted and decoded, and
     the one lowering (peak, total excess) the most wins: slower, but free of the estimates."""
     excess = np.maximum(prof - budget, 0.0)
-    # sparse table: the max of prof over [i, j) in O(1), for the common "stays under" test
-    table = [prof]
-    while 2 ** len(table) <= len(prof):
-        h = 2 ** (len(table) - 1)
-        table.append(np.maximum(table[-1][:-h], table[-1][h:]))
-
-    levels = [lv.tolist() for lv in table]
     size, cost_of, evictable, ins, producer = a.size_l, a.cost_l, a.evictable_l, a.ins, a.producer
-
-    def range_max(i: int, j: int) -> float:
-        k = (j - i).bit_length() - 1
-        lv = levels[k]
-        return max(lv[i], lv[j - (1 << k)])
+    ptr, ids, start, end = intervals.ptr, intervals.ids, intervals.start, intervals.end
 
     keep_memo: dict[tuple[int, int], tuple[float, float]] = {}
     plan_memo: dict[tuple[int, int, int], tuple[float, float, float, list[int]]] = {}
@@ -193,23 +387,8 @@ def _best_split(
         key = (x, b)
         r = keep_memo.get(key)
         if r is None:
-            r = keep_memo[key] = _keep_alive(x, b)
+            r = keep_memo[key] = _kept_alive(x, b, size[x], prof, budget, ptr, ids, start, end)
         return r
-
-    def _keep_alive(x: int, b: int) -> tuple[float, float]:
-        # (excess added by keeping x alive from its last read before b up to b, x's bytes when it
-        # is not live at instant b: a recomputation inserted before b holds them there too)
-        for iv in reversed(intervals[x]):
-            if iv[0] < b:
-                ex = iv[1]
-                break
-        else:
-            return np.inf, size[x]
-        if ex >= b:
-            return 0.0, 0.0
-        if b <= ex + 1 or range_max(ex + 1, b) + size[x] <= budget:
-            return 0.0, size[x]
-        return _segment_loss(prof, ex + 1, b, size[x], budget), size[x]
 
     def plan(p: int, b: int, d: int) -> tuple[float, float, float, list[int]]:
         key = (p, b, d)
@@ -238,20 +417,12 @@ def _best_split(
 
     n_t = seq[t]
     touched = set(a.ins[n_t]) | set(a.outs[n_t])
-    cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, gain, b)
-    for v in np.flatnonzero(a.evictable):
-        v = int(v)
-        if v in touched:
-            continue
-        for s, e, uses in intervals[v]:
-            if not s < t < e:
-                continue
-            before = [u for u in uses if u < t]
-            lo = before[-1] if before else s
-            b = next(u for u in uses if u > t)
-            gain = float(np.sum(np.minimum(excess[lo + 1 : b], a.size[v])))
-            cands.append((gain / max(float(a.cost[a.producer[v]]), 1e-9), v, b))
-            break
+    candidate = a.evictable.copy()
+    candidate[list(touched)] = False
+    vs, bs, gains = _live_across(t, candidate, excess, a.size, *intervals.flat)
+    cands: list[tuple[float, int, int]] = []  # (gain per producer cost: a score bound, v, b)
+    for v, b, gain in zip(vs.tolist(), bs.tolist(), gains.tolist(), strict=True):
+        cands.append((gain / max(cost_of[producer[v]], 1e-9), v, b))
     cands.sort(key=lambda c: (-c[0], c[1]))
     best: tuple[int, list[int]] | None = None
     if exact:

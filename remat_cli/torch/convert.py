@@ -17,10 +17,10 @@ state counts them (§2), so a budget above them is the step's peak above what wa
 before it. The tangents are made by a zero-cost *boundary* node that reads every forward
 output: the schedule's forward is everything before it, the backward everything after.
 
-Costs are FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per byte an
-operator reads and writes (so a memory-bound pointwise operator is no free recomputation), with
-a floor of :data:`MIN_COST`. Workspaces (the scratch a kernel holds while it runs) are measured
-by :mod:`remat_cli.torch.workspace`.
+Costs are seconds: each operator's measured time, and its workspace (the scratch a kernel
+holds while it runs), both from :mod:`remat_cli.torch.probe`. An operator that cannot be
+measured costs its FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per
+byte it reads and writes, at least :data:`MIN_COST`, at :data:`FLOPS_PER_SECOND`.
 
 Not recomputable: random operators (``nondeterministic_seeded``) and impure ones. Random
 operators are chained by zero-size tokens in their program order, so every schedule draws
@@ -38,12 +38,14 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import flop_registry
 
 from remat_cli.graph import Graph, Node, Value
-from remat_cli.torch.workspace import probe
+from remat_cli.torch.probe import probe
 
 #: cost units per byte an operator reads or writes (a CPU core's FLOP rate over its bandwidth)
 FLOPS_PER_BYTE = 4.0
 #: the least cost of an operator (a kernel launch), in FLOPs
 MIN_COST = 1000.0
+#: the FLOP rate that turns an unmeasured operator's FLOPs into seconds (one CPU core)
+FLOPS_PER_SECOND = 1e10
 #: the node that makes the tangents: the schedule's forward/backward boundary
 BOUNDARY = "remat.boundary"
 
@@ -64,6 +66,8 @@ class JointGraph:
     #: bytes resident before the step (the primals)
     resident: int
     num_fwd_outputs: int
+    #: the graph's hash without its costs (measured times vary): the solve cache's key
+    key: str = ""
     #: the owner of each view's storage
     owner: dict[str, str] = field(default_factory=dict)
     #: the views made again at every read (no remat node), each with its storage's owner; a
@@ -238,7 +242,7 @@ class _Builder:
                 op=str(node.target),
                 inputs=inputs,
                 outputs=outputs,
-                cost=MIN_COST if written == 0 else _cost(node, read, written),
+                cost=(MIN_COST if written == 0 else _cost(node, read, written)) / FLOPS_PER_SECOND,
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
                 recomputable=not random
                 and not node.is_impure()
@@ -321,14 +325,16 @@ def joint_graph(
     outputs = [b.value_of[o.name] for o in joint_outputs if isinstance(o, fx.Node)]
     graph = Graph(
         name=name,
-        cost_unit="flops",
+        cost_unit="seconds",
         values=list(b.values.values()),
         nodes=[*b.nodes, boundary],
         outputs=b.with_owners(list(dict.fromkeys(outputs))),
         order=order,
     )
+    costless = [n.model_copy(update={"cost": 0.0}) for n in graph.nodes]
     return JointGraph(
         graph=graph,
+        key=graph.model_copy(update={"nodes": costless}).sha256(),
         value_of=b.value_of,
         fx_of=b.fx_of,
         resident=graph.resident_bytes,
@@ -358,12 +364,14 @@ def _place_boundary(b: _Builder, fwd: list[fx.Node], tangents: list[fx.Node], or
 
 
 def _measure(b: _Builder, gm: fx.GraphModule) -> None:
-    """Each node's workspace, and a value's size where the real storage is larger than the
-    fake tensor's (both from :func:`remat_cli.torch.workspace.probe`)."""
+    """Each node's time and workspace, and a value's size where the real storage is larger
+    than the fake tensor's (all from :func:`remat_cli.torch.probe.probe`)."""
     made = {n.id: n for n in b.nodes if not n.op.startswith("aten.copy_")}
     for name, found in probe(gm, skip=lambda n: n.name not in made).items():
         node = made[name]
         node.workspace = found.workspace
+        if found.seconds is not None:
+            node.cost = found.seconds
         tensors = [v for v in node.outputs if not v.endswith(".rng")]
         for vid, real in zip(tensors, found.storages, strict=False):
             value = b.values[vid]

@@ -97,7 +97,7 @@ class RematPartitioner(CustomPartitionerFn):
     def solve(self, gm: fx.GraphModule, num_fwd_outputs: int, static: list[int] | None) -> Solved:
         """Convert and solve `gm` (cached); raises Unsupported or NoSchedule."""
         joint = joint_graph(gm, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
-        key = (joint.graph.sha256(), str(self.budget), self.solver, self.options_key())
+        key = (joint.key, str(self.budget), self.solver, self.options_key())
         hit = self.cache.get(key)
         if hit is not None:
             return Solved(joint, hit.schedule, hit.predicted_peak, hit.baseline_peak, hit.budget, cached=True)

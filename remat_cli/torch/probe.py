@@ -1,4 +1,5 @@
-"""The scratch memory of each operator of a joint graph, measured by running it once.
+"""Each operator of a joint graph run once on made-up values: its scratch memory, its
+outputs' real storage and its time.
 
 A kernel may allocate more than its outputs while it runs: oneDNN's convolutions reorder the
 input, the weights and the output between plain and blocked layouts (each a temporary copy),
@@ -14,10 +15,14 @@ The same run gives each output's real storage, which the fake tensors of ``meta[
 not always predict: ``mse_loss`` returns its mean as a 0-d view of the whole squared
 difference, which it keeps alive.
 
-Calls are run twice (the first builds oneDNN's primitives and caches) and measured the
-second time; the random-number generator's state is restored afterwards, so probing changes
-no dropout mask. A call that cannot run on made-up values gets the analytic estimate
-(:func:`estimate`).
+The time of a call is the least of :data:`REPEATS` runs: what recomputing it costs, Python's
+dispatch included, where FLOPs miss by several times in both directions (a GELU or a
+LayerNorm is memory- and instruction-bound, a small matrix product is dominated by its call).
+
+Calls are run once first (which builds oneDNN's primitives and caches) and then measured;
+the random-number generator's state is restored afterwards, so probing changes no dropout
+mask. A call that cannot run on made-up values gets the analytic estimate (:func:`estimate`)
+and no time.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import bisect
 import operator
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +40,9 @@ import torch
 import torch.fx as fx
 
 #: the profiler's name of a probed call: a prefix and the call's index
-_MARK = "remat.workspace."
+_MARK = "remat.probe."
+#: timed runs of each call, the least kept
+REPEATS = 5
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Probe:
     workspace: int
     #: the storage bytes of each tensor the call returned, in order
     storages: tuple[int, ...]
+    #: seconds of one call (None: not run)
+    seconds: float | None = None
 
 
 def estimate(node: fx.Node) -> int:
@@ -128,6 +138,16 @@ def _scratch(events: Iterable[object]) -> dict[int, int]:
     return out
 
 
+def _timed(run: Callable[[], object]) -> float:
+    """The thread's CPU seconds of one run: what other processes take from the core is left
+    out, which a shared machine would otherwise add at random."""
+    start = time.thread_time()
+    out = run()
+    seconds = time.thread_time() - start
+    del out
+    return seconds
+
+
 def _storages(out: object) -> tuple[int, ...]:
     leaves = out if isinstance(out, (tuple, list)) else [out]
     return tuple(t.untyped_storage().nbytes() for t in leaves if isinstance(t, torch.Tensor))
@@ -158,7 +178,7 @@ def measure(nodes: list[fx.Node]) -> dict[str, Probe]:
         if key is not None:
             calls.setdefault(key, []).append(node)
     groups = list(calls.values())
-    done: dict[int, tuple[int, ...]] = {}
+    done: dict[int, tuple[tuple[int, ...], float]] = {}
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     with unset_fake_temporarily(), torch.no_grad(), torch.random.fork_rng(devices=[]):
         with _quiet():
@@ -168,9 +188,10 @@ def measure(nodes: list[fx.Node]) -> dict[str, Probe]:
                 try:
                     run = _call(group[0])
                     run()
+                    seconds = min(_timed(run) for _ in range(REPEATS))
                     with record_function(f"{_MARK}{i}"):
                         out = run()
-                    done[i] = _storages(out)
+                    done[i] = (_storages(out), seconds)
                     del out
                 except Exception:  # a call made-up values cannot run: left to the estimate
                     continue
@@ -178,7 +199,7 @@ def measure(nodes: list[fx.Node]) -> dict[str, Probe]:
             with _quiet():
                 prof.stop()
     scratch = _scratch(prof.profiler.kineto_results.events())
-    return {n.name: Probe(scratch[i], done[i]) for i in done if i in scratch for n in groups[i]}
+    return {n.name: Probe(scratch[i], *done[i]) for i in done if i in scratch for n in groups[i]}
 
 
 def probe(gm: fx.GraphModule, skip: Callable[[fx.Node], bool]) -> dict[str, Probe]:

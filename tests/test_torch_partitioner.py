@@ -168,7 +168,7 @@ be = backend(budget=sys.argv[2], solver="greedy")
 compiled = torch.compile(model, backend=be)
 for _ in range(2):  # warm-up: compile, first-touch of code pages
     step_peak(model, compiled, *inputs)
-peak, _ = step_peak(model, compiled, *inputs)
+peak = step_peak(model, compiled, *inputs)[0]
 print(json.dumps([peak, be.partitioner.last.predicted_peak]))
 """
 

@@ -73,18 +73,18 @@ def train_step(model: torch.nn.Module, step: Callable[..., torch.Tensor], *input
 
 def step_peak(
     model: torch.nn.Module, step: Callable[..., torch.Tensor], *inputs: torch.Tensor
-) -> tuple[int, float]:
-    """(peak bytes above the pre-step baseline, seconds) of one :func:`train_step`; the
-    baseline is read after the gradients are dropped."""
+) -> tuple[int, float, float]:
+    """(peak bytes above the pre-step baseline, wall seconds, the thread's CPU seconds) of one
+    :func:`train_step`; the baseline is read after the gradients are dropped."""
     model.zero_grad(set_to_none=True)
     gc.collect()
     with heap_plugged():
         base = reset_hwm()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         train_step(model, step, *inputs)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.thread_time() - cpu
         peak = hwm() - base
-    return peak, seconds
+    return peak, seconds, cpu
 
 
 def allocated_peak(model: torch.nn.Module, step: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -109,6 +110,10 @@ class RematPartitioner(CustomPartitionerFn):
             time_limit=self.time_limit,
             **self.solver_options,
         )
+        computed = Counter(s.node for s in schedule.steps if s.op == "compute")
+        again = [n for n, k in computed.items() if k > 1 and not joint.graph.node_map[n].recomputable]
+        if again:  # a random draw or a read of a mutated input run twice would change the step
+            raise NoSchedule(f"{self.solver}'s schedule runs {again[0]} again, which must run once")
         # run as FX runs it: each copy freed after its last reader (at or before the schedule's frees)
         schedule = schedule.model_copy(
             update={

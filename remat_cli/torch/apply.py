@@ -7,6 +7,11 @@ splits the sequence: the forward graph is the copies before it and returns the f
 outputs plus exactly the values the backward reads (the values live at the boundary that a
 later step uses); the backward graph is the copies after it, recomputations included.
 
+A view (:mod:`remat_cli.torch.convert` inlines them) is made again at its reads, from the copy
+of its owner live at that read, once per owner copy and side of the boundary: a view never
+outlives the owner copy it was made from, so no storage stays alive after the schedule frees
+it, and the backward makes its views from the saved owners.
+
 Frees: FX's generated code drops each value after its last reader (``x = None``), and the
 boxed calling convention of ``aot_autograd`` clears the argument list, so a value is released
 at its last use in the copy the schedule reads it from, which is at or before the schedule's
@@ -35,11 +40,16 @@ class _Rewriter:
     def __init__(self, gm: fx.GraphModule, joint: JointGraph) -> None:
         self.joint = joint
         self.orig = {n.name: n for n in gm.graph.nodes}
+        self.old_output = next(iter(gm.graph.find_nodes(op="output")))
         self.graph = fx.Graph()
         self.env: dict[str, fx.Node] = {}
         self.runs: dict[str, int] = {}
         self.before: set[fx.Node] = set()  # copies (and placeholders) made before the boundary
         self.at_boundary: dict[str, fx.Node] | None = None
+        #: views made so far: (FX name, before the boundary, the copies read) -> the view's copy
+        self.views: dict[tuple[object, ...], fx.Node] = {}
+        #: the forward outputs that are views, made just before the boundary
+        self.fwd_views: dict[str, fx.Node] = {}
         for node in gm.graph.nodes:
             if node.op == "placeholder":
                 p = self.graph.placeholder(node.name)
@@ -49,10 +59,26 @@ class _Rewriter:
                     self.before.add(p)
 
     def read(self, a: fx.Node) -> fx.Node:
-        return self.env[self.joint.value_of[a.name]]
+        """The copy a step reads for the joint graph's node `a` (a view made again)."""
+        vid = self.joint.value_of[a.name]
+        if vid not in self.joint.views:
+            return self.env[vid]
+        args = {x: self.read(x) for x in a.all_input_nodes}
+        key = (a.name, self.at_boundary is None, *args.values())
+        copy = self.views.get(key)
+        if copy is None:
+            copy = self.graph.node_copy(a, args.__getitem__)
+            copy.meta = {**a.meta, SOURCE_KEY: a.name}
+            self.views[key] = copy
+            if self.at_boundary is None:
+                self.before.add(copy)
+        return copy
 
     def compute(self, name: str) -> None:
         if name == BOUNDARY:
+            for o in self.forward_outputs():
+                if self.joint.value_of[o.name] in self.joint.views:
+                    self.fwd_views[o.name] = self.read(o)
             self.at_boundary = dict(self.env)
             return
         node = self.orig[name]
@@ -75,17 +101,23 @@ class _Rewriter:
         if self.at_boundary is None:
             self.before.update(made)
 
-    def output(self, gm: fx.GraphModule) -> tuple[list[fx.Node | None], list[fx.Node]]:
+    def forward_outputs(self) -> list[fx.Node]:
+        return [o for o in self.old_output.args[0][: self.joint.num_fwd_outputs] if isinstance(o, fx.Node)]
+
+    def output(self) -> tuple[list[fx.Node | None], list[fx.Node]]:
         """The joint outputs (forward ones as live at the boundary) and the saved values."""
         assert self.at_boundary is not None
-        old = next(iter(gm.graph.find_nodes(op="output")))
+        old = self.old_output
         outs: list[fx.Node | None] = []
         for i, o in enumerate(old.args[0]):
             if not isinstance(o, fx.Node):
                 outs.append(o)
-                continue
-            env = self.at_boundary if i < self.joint.num_fwd_outputs else self.env
-            outs.append(env[self.joint.value_of[o.name]])
+            elif i >= self.joint.num_fwd_outputs:
+                outs.append(self.read(o))
+            elif o.name in self.fwd_views:
+                outs.append(self.fwd_views[o.name])
+            else:
+                outs.append(self.at_boundary[self.joint.value_of[o.name]])
         out = self.graph.output(tuple(outs))
         out.meta = dict(old.meta)
         saved: dict[fx.Node, None] = {}
@@ -107,7 +139,7 @@ def split(
     for step in steps:
         if step.op == "compute":
             r.compute(step.node)
-    _, saved = r.output(gm)
+    _, saved = r.output()
     rewritten = fx.GraphModule(gm, r.graph)
     fw, bw = _extract_fwd_bwd_modules(
         rewritten, saved, saved_sym_nodes=[], num_fwd_outputs=joint.num_fwd_outputs

@@ -1,19 +1,26 @@
 """The joint forward-backward FX graph of ``aot_autograd`` as a remat graph (DESIGN.md §1).
 
 One remat node per FX ``call_function`` (a ``getitem`` of a multi-output operator is no node:
-it names one of that operator's outputs). Sizes come from each value's ``meta["val"]``; a
-value whose storage another value already owns is a *view*: it has size 0 and every node that
-reads it also reads the storage's owner, so the owner stays live while the view is used (and a
-view among the graph's outputs keeps its owner among them too).
+it names one of that operator's outputs). Sizes come from each value's ``meta["val"]``.
+
+Views own no memory and have no lifetime of their own. An operator whose every output shares
+its storage with a value already made (``view``, ``t``, ``permute``, ``expand``, ``detach``,
+``split``, ...) is no remat node: a node that reads such a view reads the storage's owner, and
+the split makes the view again from the owner's copy live at that read
+(:mod:`remat_cli.torch.apply`). A view kept from its first making would hold the storage of an
+owner the schedule has freed and recomputed: two copies of one tensor alive, which the
+simulator never sees. A view output of an operator that also makes new storage (rare) stays
+that node's output, with size 0; its readers also read the owner.
 
 Inputs: the primals (parameters and the step's inputs) are resident, as the simulator's start
 state counts them (§2), so a budget above them is the step's peak above what was resident
 before it. The tangents are made by a zero-cost *boundary* node that reads every forward
 output: the schedule's forward is everything before it, the backward everything after.
 
-Costs are FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per byte an
-operator reads and writes (so a memory-bound pointwise operator is no free recomputation), with
-a floor of :data:`MIN_COST`.
+Costs are seconds: each operator's measured time, and its workspace (the scratch a kernel
+holds while it runs), both from :mod:`remat_cli.torch.probe`. An operator that cannot be
+measured costs its FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per
+byte it reads and writes, at least :data:`MIN_COST`, at :data:`FLOPS_PER_SECOND`.
 
 Not recomputable: random operators (``nondeterministic_seeded``) and impure ones. Random
 operators are chained by zero-size tokens in their program order, so every schedule draws
@@ -31,11 +38,14 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import flop_registry
 
 from remat_cli.graph import Graph, Node, Value
+from remat_cli.torch.probe import probe
 
 #: cost units per byte an operator reads or writes (a CPU core's FLOP rate over its bandwidth)
 FLOPS_PER_BYTE = 4.0
 #: the least cost of an operator (a kernel launch), in FLOPs
 MIN_COST = 1000.0
+#: the FLOP rate that turns an unmeasured operator's FLOPs into seconds (one CPU core)
+FLOPS_PER_SECOND = 1e10
 #: the node that makes the tangents: the schedule's forward/backward boundary
 BOUNDARY = "remat.boundary"
 
@@ -56,8 +66,13 @@ class JointGraph:
     #: bytes resident before the step (the primals)
     resident: int
     num_fwd_outputs: int
+    #: the graph's hash without its costs (measured times vary): the solve cache's key
+    key: str = ""
     #: the owner of each view's storage
     owner: dict[str, str] = field(default_factory=dict)
+    #: the views made again at every read (no remat node), each with its storage's owner; a
+    #: multi-output view operator is there under its FX name too
+    views: dict[str, str] = field(default_factory=dict)
 
 
 def _tensor_val(node: fx.Node) -> torch.Tensor | None:
@@ -105,26 +120,6 @@ def is_input_update(node: fx.Node) -> bool:
     )
 
 
-def conv_workspace(node: fx.Node) -> int:
-    """Bytes a CPU 2-D convolution (forward or backward) unfolds one sample into (im2col:
-    input channels per group x kernel x the larger of the input and output planes), none for
-    a pointwise convolution."""
-    if node.target not in (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default):
-        return 0
-    args = node.args
-    x, w = (args[0], args[1]) if node.target is torch.ops.aten.convolution.default else (args[1], args[2])
-    out = node.meta["val"]
-    out = out if isinstance(out, torch.Tensor) else args[0].meta["val"]
-    xv, wv = x.meta["val"], w.meta["val"]
-    if wv.dim() != 4 or xv.dim() != 4:
-        return 0
-    stride, padding = args[3 if node.target is torch.ops.aten.convolution.default else 4 : None][:2]
-    if wv.shape[2] * wv.shape[3] == 1 and all(s_ == 1 for s_ in stride) and not any(padding):
-        return 0
-    plane = max(xv.shape[2] * xv.shape[3], out.shape[2] * out.shape[3])
-    return int(wv.shape[1] * wv.shape[2] * wv.shape[3] * plane * xv.element_size())
-
-
 def _cost(node: fx.Node, read: int, written: int) -> float:
     packet = getattr(node.target, "overloadpacket", None)
     flops = 0
@@ -148,6 +143,8 @@ class _Builder:
         self.value_of: dict[str, str] = {}
         self.fx_of: dict[str, str] = {}
         self.owner: dict[str, str] = {}
+        #: views inlined at their readers -> their storage's owner
+        self.views: dict[str, str] = {}
         self.storage_owner: dict[StorageWeakRef, str] = {}
         self.rng_token: str | None = None
         #: primals the step mutates (BatchNorm's running statistics): what reads them runs once,
@@ -155,7 +152,6 @@ class _Builder:
         self.mutated: set[str] = set()
         #: the in-graph input updates (``copy_`` into a primal), which the forward must run
         self.updates: list[str] = []
-        self.outputs_of: dict[str, list[str]] = {}
 
     def add_value(self, vid: str, t: torch.Tensor, role: str = "intermediate") -> None:
         ref = StorageWeakRef(t.untyped_storage())
@@ -171,7 +167,26 @@ class _Builder:
         )
 
     def with_owners(self, vids: list[str]) -> list[str]:
+        """`vids` as a remat node reads them: an inlined view as its owner, another view
+        together with its owner."""
+        vids = [self.views.get(v, v) for v in vids]
         return list(dict.fromkeys([*vids, *(self.owner[v] for v in vids if v in self.owner)]))
+
+    def inline_view(self, node: fx.Node, outs: list[tuple[str, torch.Tensor]]) -> bool:
+        """Record `node` as a view operator made again at each read, when every output of it
+        aliases a storage already made and it neither mutates nor draws random numbers."""
+        if node.target._schema.is_mutable or torch.Tag.nondeterministic_seeded in node.target.tags:
+            return False
+        refs = [StorageWeakRef(t.untyped_storage()) for _, t in outs]
+        if not all(r in self.storage_owner for r in refs):
+            return False
+        for (vid, _), ref in zip(outs, refs, strict=True):
+            base = self.storage_owner[ref]
+            self.views[vid] = self.owner.get(base, base)
+        if len(outs) != 1 or outs[0][0] != node.name:
+            self.views[node.name] = self.views[outs[0][0]]
+            self.value_of[node.name] = node.name
+        return True
 
     def placeholder(self, node: fx.Node, index: int) -> None:
         t = _tensor_val(node)
@@ -182,31 +197,35 @@ class _Builder:
         if node.name.startswith("primals"):
             self.add_value(node.name, t, "parameter" if index in self.static_inputs else "input")
 
-    def call(self, node: fx.Node) -> None:
+    def call(self, node: fx.Node) -> bool:
+        """Convert one FX call; False when it is no remat node (a getitem, an inlined view)."""
         if node.target is operator.getitem:
             src, index = node.args
             vid = f"{src.name}.{index}"
             self.value_of[node.name] = vid
             self.fx_of.setdefault(vid, node.name)
-            return
+            return False
         val = node.meta["val"]
         if isinstance(val, (tuple, list)):
             outs = [(f"{node.name}.{i}", t) for i, t in enumerate(val) if isinstance(t, torch.Tensor)]
         else:
             outs = [(node.name, val)]
             self.value_of[node.name] = node.name
+        if self.inline_view(node, outs):
+            return False
+        if not isinstance(val, (tuple, list)):
             self.fx_of[node.name] = node.name
-        reads = [self.value_of[a.name] for a in node.all_input_nodes]
+        reads = self.with_owners([self.value_of[a.name] for a in node.all_input_nodes])
         for vid, t in outs:
             self.add_value(vid, t)
-        inputs = self.with_owners(reads)
-        inputs += [self.owner[v] for v, _ in outs if v in self.owner and self.owner[v] not in inputs]
+        inputs = reads + [self.owner[v] for v, _ in outs if v in self.owner and self.owner[v] not in reads]
         outputs = [v for v, _ in outs]
         random = torch.Tag.nondeterministic_seeded in node.target.tags
         if is_input_update(node):
-            # after every other reader of the primal, and before the boundary
-            dst = node.args[0]
-            inputs += [self.outputs_of[u.name][0] for u in dst.users if u.name in self.outputs_of]
+            # after every other reader of the primal so far (through its views too), and
+            # before the boundary
+            dst = node.args[0].name
+            inputs += [n.outputs[0] for n in self.nodes if dst in n.inputs]
             inputs = list(dict.fromkeys(i for i in inputs if i != node.name))
             self.updates.append(node.name)
         if random:
@@ -215,28 +234,22 @@ class _Builder:
             self.rng_token = f"{node.name}.rng"
             self.values[self.rng_token] = Value(id=self.rng_token, size=0)
             outputs.append(self.rng_token)
-        self.outputs_of[node.name] = outputs
-        read = sum(self.values[v].size or self._nbytes(v) for v in dict.fromkeys(reads))
+        read = sum(self.values[v].size for v in reads)
         written = sum(self.values[v].size for v, _ in outs)
-        view = written == 0
         self.nodes.append(
             Node(
                 id=node.name,
                 op=str(node.target),
                 inputs=inputs,
                 outputs=outputs,
-                cost=MIN_COST if view else _cost(node, read, written),
-                workspace=conv_workspace(node),
+                cost=(MIN_COST if written == 0 else _cost(node, read, written)) / FLOPS_PER_SECOND,
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
                 recomputable=not random
                 and not node.is_impure()
-                and not any(a.name in self.mutated for a in node.all_input_nodes),
+                and not any(i in self.mutated for i in reads),
             )
         )
-
-    def _nbytes(self, vid: str) -> int:
-        v = self.values[vid]
-        return self.values[self.owner[vid]].size if vid in self.owner else v.size
+        return True
 
 
 def _boundary(b: _Builder, fwd_outputs: list[str], tangents: list[fx.Node]) -> Node:
@@ -280,8 +293,7 @@ def _walk(b: _Builder, gm: fx.GraphModule, fwd_out_nodes: list[fx.Node]) -> tupl
                 if pending:
                     raise Unsupported(f"{node.name} reads a tangent before the forward outputs are made")
                 boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
-        b.call(node)
-        if node.target is not operator.getitem:
+        if b.call(node):
             order.append(node.name)
         pending.discard(node.name)
     if boundary is None:
@@ -309,22 +321,26 @@ def joint_graph(
     joint_outputs = list(out_node.args[0])
     fwd_out_nodes = [o for o in joint_outputs[:num_fwd_outputs] if isinstance(o, fx.Node)]
     order, boundary = _walk(b, gm, fwd_out_nodes)
+    _measure(b, gm)
     outputs = [b.value_of[o.name] for o in joint_outputs if isinstance(o, fx.Node)]
     graph = Graph(
         name=name,
-        cost_unit="flops",
+        cost_unit="seconds",
         values=list(b.values.values()),
         nodes=[*b.nodes, boundary],
         outputs=b.with_owners(list(dict.fromkeys(outputs))),
         order=order,
     )
+    costless = [n.model_copy(update={"cost": 0.0}) for n in graph.nodes]
     return JointGraph(
         graph=graph,
+        key=graph.model_copy(update={"nodes": costless}).sha256(),
         value_of=b.value_of,
         fx_of=b.fx_of,
         resident=graph.resident_bytes,
         num_fwd_outputs=num_fwd_outputs,
         owner=b.owner,
+        views=b.views,
     )
 
 
@@ -345,3 +361,19 @@ def _place_boundary(b: _Builder, fwd: list[fx.Node], tangents: list[fx.Node], or
     node = _boundary(b, [b.value_of[o.name] for o in fwd], tangents)
     order.append(node.id)
     return node
+
+
+def _measure(b: _Builder, gm: fx.GraphModule) -> None:
+    """Each node's time and workspace, and a value's size where the real storage is larger
+    than the fake tensor's (all from :func:`remat_cli.torch.probe.probe`)."""
+    made = {n.id: n for n in b.nodes if not n.op.startswith("aten.copy_")}
+    for name, found in probe(gm, skip=lambda n: n.name not in made).items():
+        node = made[name]
+        node.workspace = found.workspace
+        if found.seconds is not None:
+            node.cost = found.seconds
+        tensors = [v for v in node.outputs if not v.endswith(".rng")]
+        for vid, real in zip(tensors, found.storages, strict=False):
+            value = b.values[vid]
+            if value.size and real > value.size:
+                value.size = real

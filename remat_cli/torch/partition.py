@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -97,7 +98,7 @@ class RematPartitioner(CustomPartitionerFn):
     def solve(self, gm: fx.GraphModule, num_fwd_outputs: int, static: list[int] | None) -> Solved:
         """Convert and solve `gm` (cached); raises Unsupported or NoSchedule."""
         joint = joint_graph(gm, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static)
-        key = (joint.graph.sha256(), str(self.budget), self.solver, self.options_key())
+        key = (joint.key, str(self.budget), self.solver, self.options_key())
         hit = self.cache.get(key)
         if hit is not None:
             return Solved(joint, hit.schedule, hit.predicted_peak, hit.baseline_peak, hit.budget, cached=True)
@@ -109,6 +110,10 @@ class RematPartitioner(CustomPartitionerFn):
             time_limit=self.time_limit,
             **self.solver_options,
         )
+        computed = Counter(s.node for s in schedule.steps if s.op == "compute")
+        again = [n for n, k in computed.items() if k > 1 and not joint.graph.node_map[n].recomputable]
+        if again:  # a random draw or a read of a mutated input run twice would change the step
+            raise NoSchedule(f"{self.solver}'s schedule runs {again[0]} again, which must run once")
         # run as FX runs it: each copy freed after its last reader (at or before the schedule's frees)
         schedule = schedule.model_copy(
             update={

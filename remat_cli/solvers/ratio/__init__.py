@@ -23,8 +23,9 @@ hands its lanes as their warm start where greedy's does not fit or costs more.""
 
 from __future__ import annotations
 
+import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from remat_cli.graph import Graph
@@ -87,12 +88,15 @@ def candidates(graph: Graph, order: list[str], peak_at: int) -> list[Candidate]:
             gone = [
                 u for u in p.inputs if u in graph.producer and u not in across and last.get(u, -1) < peak_at
             ]
-            memo[v] = p.cost + sum(remake(u) for u in gone)
+            # a chain through an operator that must not run twice cannot be made again
+            memo[v] = p.cost + sum(remake(u) for u in gone) if p.recomputable else math.inf
         return memo[v]
 
     ranked = []
     for v, n_id, before, after in out:
         cost = remake(v)
+        if math.isinf(cost):
+            continue
         size = graph.value_map[v].size
         ranked.append(Candidate(v, n_id, before, after, size / cost if cost > 0 else float("inf")))
     ranked.sort(key=lambda c: (-c.ratio, c.before))
@@ -267,14 +271,21 @@ def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
 @dataclass
 class Tried:
     dropped: list[Candidate]
-    peak: int
+    peak: float  # bytes; inf: the sequence is not a valid schedule
     cost: float
     seq: list[str]
 
 
 def attempt(graph: Graph, order: list[str], dropped: list[Candidate]) -> Tried:
+    """`dropped` applied to `order`; a sequence that runs an operator that must not run twice
+    a second time (a chain of remakes reaching it) fits no budget."""
     seq = sequence(graph, order, {c.value: c for c in dropped})
     peak, cost, _ = measure(graph, seq)
+    nodes = graph.node_map
+    if len(seq) != len(order) and any(
+        count > 1 and not nodes[n].recomputable for n, count in Counter(seq).items()
+    ):
+        peak = math.inf
     return Tried(dropped, peak, cost, seq)
 
 
@@ -389,7 +400,8 @@ class Ratio(Solver):
                 options.incumbent(steps_from_sequence(graph, best.seq))
                 options.progress(incumbent=best.cost, slack=slack)
         if best is None:
-            t = lowest or Tried([], base_peak, 0.0, order)
+            usable = lowest is not None and not math.isinf(lowest.peak)
+            t = lowest if usable else Tried([], base_peak, 0.0, order)
             return SolverResult(steps=steps_from_sequence(graph, t.seq), status="infeasible",
                                 best_peak=t.peak, message="no prefix of the ranking fits")  # fmt: skip
         if options.params.get("refine", True):

@@ -349,7 +349,8 @@ def main() -> None:
         write_results(
             args.out, rows, note="CPU, one thread per process, shared machine (see load)", claims=claims(rows)
         )
-    plot(rows, RESULTS / f"{args.out}.png")
+    if len(args.models.split(",")) > 1:  # a one-model run is merged and plotted later
+        plot(rows, RESULTS / f"{args.out}.png")
 
 
 def _print(rows: list[dict[str, Any]]) -> None:

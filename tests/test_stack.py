@@ -132,8 +132,9 @@ def test_first_schedule_comes_before_the_end_and_fits_with_no_time_left() -> Non
     res = solver.solve(g, budget, SolveOptions(time_limit=60, params=solver.defaults(), on_incumbent=got))
     assert res.status == "feasible" and res.steps is not None
     final = simulate(g, res.steps)
-    # each report fits and is cheaper than the one before; the last is the result
-    assert seen and all(peak <= budget for peak, _ in seen)
+    # each report fits and is cheaper than the one before (the first from the front's two ends
+    # alone, a later search improves it); the last is the result
+    assert len(seen) >= 2 and all(peak <= budget for peak, _ in seen)
     assert all(a[1] > b[1] for a, b in itertools.pairwise(seen)), seen
     assert seen[-1] == (final.peak_memory, final.cost)
     # no time at all: the first search (a third of the patterns) still answers, within budget

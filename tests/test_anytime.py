@@ -67,6 +67,7 @@ def test_the_trace_records_each_improving_incumbent() -> None:
     assert all(a > c for a, c in zip(costs, costs[1:], strict=False))  # each one cheaper
     assert costs[-1] == out.schedule.summary.cost  # the last point is the schedule written
     assert {p.method for p in trace.incumbents} <= {
+        "stack",
         "ratio",
         "greedy",
         "fastsa",

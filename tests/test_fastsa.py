@@ -57,6 +57,14 @@ def test_segment_tree_matches_naive_array(log_t: int, ops: list[tuple[int, int, 
             assert lz[2] == pytest.approx(exact, abs=6e-6 * log_t)
 
 
+def without_scratch(g: Graph) -> Graph:
+    """An imported export as these tests were tuned on: without the kernels' scratch workspaces the
+    ONNX importer adds (torch_transformer_train's Where selections moved its peak), so the budgets
+    below still pick the same regimes of the annealing."""
+    nodes = [n.model_copy(update={"workspace": 0}) for n in g.nodes]
+    return Graph.model_validate(g.model_copy(update={"nodes": nodes}).model_dump())
+
+
 def _clone_rebuilt(s: F.State) -> F.State:
     c = copy.copy(s)
     c.seq, c.occ, c.occpos = s.seq.copy(), s.occ.copy(), s.occpos.copy()
@@ -362,7 +370,9 @@ def test_a_rescue_start_within_budget_is_never_lost() -> None:
 
     from remat_cli import load_graph
 
-    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    g = without_scratch(
+        load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    )
     budget = int(baseline(g).peak_memory * 0.4)
     params = {"chain": 0, "iterations": 16_363_636, "iterations2": 1_636_363}
     s, r = run_solver(g, budget, "fastsa", SolveOptions(time_limit=None, workers=1, params=params))
@@ -381,7 +391,9 @@ def test_the_second_stage_recomputes_in_chains() -> None:
 
     from remat_cli import load_graph
 
-    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    g = without_scratch(
+        load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    )
     budget = int(baseline(g).peak_memory * 0.7)
     params = {"iterations": 16_363_636, "iterations2": 1_636_363}  # what 60 s gives, fixed
     s, _ = run_solver(g, budget, "fastsa", SolveOptions(time_limit=None, seed=2, workers=1, params=params))
@@ -520,7 +532,9 @@ def test_stage_twos_rescued_start_is_reported_at_once() -> None:
 
     from remat_cli import load_graph, registry
 
-    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    g = without_scratch(
+        load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    )
     budget = int(baseline(g).peak_memory * 0.4)
     greedy, _ = run_solver(g, budget, "greedy", SolveOptions(seed=0, workers=1))
     assert greedy is not None and greedy.summary.peak_memory <= budget
@@ -599,7 +613,9 @@ def test_greedys_fallback_is_taken_when_the_tight_part_begins(monkeypatch: pytes
     from remat_cli import load_graph
     from remat_cli.solvers.fastsa import solver as fastsa_solver
 
-    g = load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    g = without_scratch(
+        load_graph(Path(__file__).resolve().parents[1] / "graphs" / "torch_transformer_train.onnx")
+    )
     budget = int(baseline(g).peak_memory * 0.4)
     calls: list[tuple[int | None, int]] = []
     greedy_start = fastsa_solver._greedy_start

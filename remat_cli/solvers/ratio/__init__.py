@@ -240,13 +240,12 @@ def arrays(graph: Graph) -> Arrays:
     return a
 
 
-def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
-    """Peak, cost and the position of the peak of `seq` run as `steps_from_sequence` runs it
-    (each value freed after its last use before its producer runs again), without its steps."""
-    a = arrays(graph)
-    nums = [a.index[n] for n in seq]
+def freed_after(a: Arrays, nums: list[int]) -> list[int]:
+    """Bytes freed right after each step of the compute sequence `nums` (indices into `a`): a
+    value is freed after its last read before its producer runs again, or after its last read
+    (or its making) for good unless it is kept (a graph output)."""
     last = [-1] * len(a.size)
-    free_at = [0] * len(seq)
+    free_at = [0] * len(nums)
     for k, i in enumerate(nums):
         for v in a.ins[i]:
             last[v] = k
@@ -257,6 +256,15 @@ def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
     for v, k in enumerate(last):
         if k >= 0 and not a.kept[v]:
             free_at[k] += a.size[v]
+    return free_at
+
+
+def measure(graph: Graph, seq: list[str]) -> tuple[int, float, int]:
+    """Peak, cost and the position of the peak of `seq` run as `steps_from_sequence` runs it
+    (each value freed after its last use before its producer runs again), without its steps."""
+    a = arrays(graph)
+    nums = [a.index[n] for n in seq]
+    free_at = freed_after(a, nums)
     mem = graph.resident_bytes
     peak, at, cost = mem, 0, 0.0
     for k, i in enumerate(nums):

@@ -40,7 +40,7 @@ from remat_cli.graph import Graph
 from remat_cli.schedule import baseline_steps, steps_from_sequence
 from remat_cli.solver import Param, SolveOptions, Solver, SolverResult
 from remat_cli.solvers.blocks.structure import NoBlocks, Passes, blocks_of
-from remat_cli.solvers.ratio import Candidate, arrays, measure, sequence
+from remat_cli.solvers.ratio import Candidate, arrays, freed_after, measure, sequence
 from remat_cli.solvers.stack.pattern import Point, front, saved_values, value_keys
 
 #: the dynamic program's memory grid: the budget in this many steps
@@ -120,18 +120,7 @@ def profile(st: Stack, seq: list[str]) -> np.ndarray:
     graph = st.graph
     a = arrays(graph)
     nums = [a.index[n] for n in seq]
-    last = [-1] * len(a.size)
-    free_at = [0] * len(seq)
-    for k, i in enumerate(nums):
-        for v in a.ins[i]:
-            last[v] = k
-        for v in a.outs[i]:
-            if last[v] >= 0:
-                free_at[last[v]] += a.size[v]
-            last[v] = k
-    for v, k in enumerate(last):
-        if k >= 0 and not a.kept[v]:
-            free_at[k] += a.size[v]
+    free_at = freed_after(a, nums)
     L = len(st.blocks)
     region = np.zeros(L + 1, dtype=np.int64)
     mem, now = graph.resident_bytes, L

@@ -10,19 +10,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto
 from onnx import helper as oh
 
-from remat_cli.cli.deploy import apply_command
-from remat_cli.execution.runner import build_schedule
 from remat_cli.importers.onnx import from_onnx_file, from_onnx_model
-from remat_cli.planning.addresses import place
-from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.runtime.model import make_inputs
 from remat_cli.runtime.session import measure
-from remat_cli.schedule import simulate, steps_from_sequence
-from remat_cli.solver import SolverResult
+from remat_cli.schedule import simulate
+from tests.planned import apply_planned_order
 
 F = TensorProto.FLOAT
 
@@ -114,15 +109,8 @@ def test_a_kernels_scratch_stays_within_the_claim_inside_the_plan(tmp_path: Path
     onnx.save(where_model(), str(path))
     graph = from_onnx_file(path)
     assert graph.node_map["where"].workspace == 4 * (512 * 1024 + 512)
-    steps = steps_from_sequence(graph, [n.id for n in graph.nodes])
-    sched = build_schedule(graph, None, "by-hand", SolverResult(steps=steps, status="feasible"), 0.0)
-    bufs = buffers_of(graph, sched.steps)
-    offsets, _, _, _ = place(bufs, 64, 1.0, 1)
-    sched.memory_plan = make_plan(bufs, offsets, 64)
-    (tmp_path / "s.json").write_text(sched.to_json())
     out = tmp_path / "out.onnx"
-    res = CliRunner().invoke(apply_command, [str(path), str(tmp_path / "s.json"), "-o", str(out)])
-    assert res.exit_code == 0, res.output
+    sched = apply_planned_order(path, graph, tmp_path / "s.json", out)
     np.savez(tmp_path / "in.npz", **make_inputs(onnx.load(str(path)), graph=graph))
     (plan,) = measure([(out, tmp_path / "p.npz")], tmp_path / "in.npz", repeat=1, settings=["plan"])
     predicted = simulate(graph, sched.steps).peak_memory

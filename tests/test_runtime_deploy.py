@@ -35,6 +35,7 @@ from remat_cli.runtime.ort import open_session, session_options
 from remat_cli.runtime.session import measure
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
+from tests.planned import apply_planned_order
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
 
@@ -289,20 +290,8 @@ def test_a_plan_with_an_omitted_optional_output_runs(tmp_path: Path) -> None:
     path = tmp_path / "pool.onnx"
     onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9), str(path))
     graph = from_onnx_file(path)
-    sched = build_schedule(
-        graph,
-        None,
-        "by-hand",
-        SolverResult(steps=steps_from_sequence(graph, [n.id for n in graph.nodes]), status="feasible"),
-        0.0,
-    )
-    bufs = buffers_of(graph, sched.steps)
-    offsets, _, _, _ = place(bufs, 64, 1.0, 1)
-    sched.memory_plan = make_plan(bufs, offsets, 64)
-    (tmp_path / "p.json").write_text(sched.to_json())
     out = tmp_path / "out.onnx"
-    res = CliRunner().invoke(apply_command, [str(path), str(tmp_path / "p.json"), "-o", str(out)])
-    assert res.exit_code == 0, res.output
+    apply_planned_order(path, graph, tmp_path / "p.json", out)
     tensors = {b.get("tensor") for b in read_metadata(out)[PLAN_KEY]["buffers"]}
     assert "idx" not in tensors and "out" in tensors
     x = make_inputs(onnx.load(str(path)), graph=graph)

@@ -1,0 +1,30 @@
+"""A deployable model of a hand-made schedule for the deployment tests: the model's own order
+with a memory plan, turned into a model by `remat apply`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from remat_cli.cli.deploy import apply_command
+from remat_cli.execution.runner import build_schedule
+from remat_cli.graph import Graph
+from remat_cli.planning.addresses import place
+from remat_cli.planning.memory_plan import buffers_of, make_plan
+from remat_cli.schedule import Schedule, steps_from_sequence
+from remat_cli.solver import SolverResult
+
+
+def apply_planned_order(model: Path, graph: Graph, schedule: Path, out: Path) -> Schedule:
+    """Write the schedule that runs `graph`'s nodes in their order with a memory plan (64-byte
+    alignment) to `schedule`, and `remat apply`'s model of it to `out`; that schedule."""
+    steps = steps_from_sequence(graph, [n.id for n in graph.nodes])
+    sched = build_schedule(graph, None, "by-hand", SolverResult(steps=steps, status="feasible"), 0.0)
+    bufs = buffers_of(graph, sched.steps)
+    offsets, _, _, _ = place(bufs, 64, 1.0, 1)
+    sched.memory_plan = make_plan(bufs, offsets, 64)
+    schedule.write_text(sched.to_json())
+    res = CliRunner().invoke(apply_command, [str(model), str(schedule), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return sched

@@ -50,6 +50,37 @@ def test_auto_is_the_default_of_remat_solve(tmp_path: Path) -> None:
     assert s["summary"]["peak_memory"] <= budget(LAYERED, 0.95)
 
 
+NO_MAIN_GUARD = """
+from remat_cli.execution.runner import run_solver
+from remat_cli.importers import generators as G
+from remat_cli.schedule import baseline
+from remat_cli.solver import SolveOptions
+
+print("top level ran", flush=True)
+g = G.linear(12)
+_, res = run_solver(g, int(0.6 * baseline(g).peak_memory), "auto", SolveOptions(time_limit=8, workers=2))
+print("lanes", len(res.params["lanes"]), flush=True)
+"""
+
+
+def test_auto_called_from_a_script_without_a_main_guard_runs_the_script_once(tmp_path: Path) -> None:
+    # spawn re-imports the main script in each lane unless auto hides it: the lanes would run
+    # the script's top level again and die starting processes of their own
+    script = tmp_path / "train.py"
+    script.write_text(NO_MAIN_GUARD)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("top level ran") == 1, proc.stdout
+    assert "lanes 2" in proc.stdout
+    assert "bootstrapping" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_auto_in_two_processes_is_no_worse_than_its_warm_start() -> None:
     g, b = LAYERED, budget(LAYERED, 0.85)

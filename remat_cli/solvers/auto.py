@@ -29,8 +29,11 @@ splitting when run times are heavy-tailed).
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -499,7 +502,8 @@ class Auto(Solver):
                 ),  # fmt: skip
                 daemon=True,
             )
-            p.start()
+            with main_hidden():
+                p.start()
             results_child.close()
             hints_child.close()
             procs.append((p, results, hints))
@@ -561,3 +565,17 @@ class Auto(Solver):
         how = "2 lanes in parallel" if parallel else "one after the other"
         others = "; ".join(describe(r) for r in runs if r is not win)
         return f"auto: {describe(win)} won; also ran ({how}): {others or 'nothing'}"
+
+
+@contextmanager
+def main_hidden() -> Iterator[None]:
+    """Start spawned processes without the caller's ``__main__``: spawn re-imports the main
+    script in each child, so a script calling ``auto`` at its top level (no ``if __name__ ==
+    "__main__"`` guard, as training scripts often are) would run again in every lane and stall.
+    The lanes need nothing from ``__main__``."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -191,3 +192,42 @@ def test_a_long_lived_process_counts_from_the_command(monkeypatch: pytest.Monkey
     assert watchdog.command_started(later) == later
     watchdog.process_is_command()
     assert watchdog.command_started(later) == watchdog.COMMAND_STARTED
+
+
+ORPHAN = """
+import os, signal, sys
+from remat_cli.execution.watchdog import die_with_parent
+
+parent = os.getpid()
+pid = os.fork()
+if pid == 0:
+    die_with_parent(parent)
+    signal.pause()  # a solve that would run on: only a signal ends it
+    os._exit(0)
+print(pid, flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_solving_child_dies_with_a_killed_parent() -> None:
+    """SIGKILL gives the parent no chance to stop its child, which has a process group of its own."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    child = int(proc.stdout.readline())
+    gone = os.pidfd_open(child)
+    try:
+        proc.kill()
+        proc.wait(30)
+        ready, _, _ = select.select([gone], [], [], 15)
+        assert ready, "the child outlived its SIGKILLed parent"
+    finally:
+        os.close(gone)
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

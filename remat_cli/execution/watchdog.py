@@ -135,8 +135,26 @@ def _rank(graph: Graph, budget: int, steps: list[Step]) -> tuple[tuple[int, floa
     return key, sim.peak_memory, sim.cost
 
 
-def _child(conn: Connection, graph: Graph, budget: int, name: str, options: SolveOptions) -> None:
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when `parent` dies (Linux ``PR_SET_PDEATHSIG``): a
+    child in a process group of its own outlives a SIGKILLed parent otherwise, and would solve on
+    to its time limit with nobody to read it. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took hold
+        os._exit(1)
+
+
+def _child(
+    conn: Connection, graph: Graph, budget: int, name: str, options: SolveOptions, parent: int
+) -> None:
     os.setpgrp()  # the parent kills the whole group: the solver's own worker processes too
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # Locks of the inherited stdio objects may be held by a parent thread (the spinner): fresh ones.
@@ -311,7 +329,9 @@ def run_guarded(
     receive, send = ctx.Pipe(duplex=False)
     for s in previous:
         signal.signal(s, on_signal)
-    child = ctx.Process(target=_child, args=(send, graph, budget, name, child_options), daemon=False)
+    child = ctx.Process(
+        target=_child, args=(send, graph, budget, name, child_options, os.getpid()), daemon=False
+    )
     watch = _Watch(graph, budget, name, options, trace)
     try:
         child.start()

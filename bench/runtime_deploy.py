@@ -2,7 +2,8 @@
 people deploy with, against remat's replay settings, `remat apply`'s model and the plan executor.
 
 Per model: `remat optimize --level extended` (fusions kept), then per budget (100/70/50% of the
-optimized graph's baseline peak) greedy's schedule, a memory plan (`place`, 64-byte alignment),
+optimized graph's baseline peak) the schedule of --solver (auto, the default, for --time-limit
+seconds: what a user gets), a memory plan (`place`, 64-byte alignment),
 `remat apply`. Rows, all on the same seeded inputs, peaks in fresh subprocesses, times interleaved
 in one more (median of --repeat runs after a warm-up):
 
@@ -20,6 +21,7 @@ every freed tensor goes back to the OS) and one with glibc as a deployment has i
   the first run's (onnxruntime's machine code paged in on first use) is ``first_run_peak``
 
     python3 bench/runtime_deploy.py [--models a.onnx b.onnx ...] [--fractions 1,0.7,0.5] [--repeat 5]
+        [--solver auto] [--time-limit 30]
 """
 
 from __future__ import annotations
@@ -70,10 +72,10 @@ GROUPS = {
 ROWS = [r for g in GROUPS.values() for r, _ in g]
 
 
-def cell(src: Path, opt: Path, fraction: float, repeat: int, d: Path) -> list[dict]:
+def cell(src: Path, opt: Path, fraction: float, args: argparse.Namespace, d: Path) -> list[dict]:
     graph = from_onnx_file(opt)
     budget = int(fraction * baseline(graph).peak_memory)
-    sched, _ = run_solver(graph, budget, "greedy", SolveOptions())
+    sched, result = run_solver(graph, budget, args.solver, SolveOptions(time_limit=args.time_limit, seed=0))
     if sched is None:
         return [{"row": r, "feasible": False} for r in ROWS]
     bufs = buffers_of(graph, sched.steps)
@@ -94,7 +96,7 @@ def cell(src: Path, opt: Path, fraction: float, repeat: int, d: Path) -> list[di
         got = measure(
             [(m, d / f"{malloc}_{r}.npz") for m, (r, _) in zip(models, group, strict=True)],
             d / "in.npz",
-            repeat=repeat,
+            repeat=args.repeat,
             warmup=1,
             # the median of 3 measured runs: the first after the warm-up can still add a little
             # (MobileNet at 50%: 132 KB, then 1-5 KB)
@@ -139,6 +141,7 @@ def cell(src: Path, opt: Path, fraction: float, repeat: int, d: Path) -> list[di
     head = {
         "model": src.stem,
         "fraction": fraction,
+        "solver": (result.params or {}).get("winner") or args.solver,
         "budget": budget,
         "predicted_peak": sim.peak_memory,
         "predicted_overhead": overhead,
@@ -154,6 +157,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", type=Path, default=SHIPPED)
     ap.add_argument("--fractions", default="1,0.7,0.5")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--solver", default="auto")
+    ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--out", default="runtime_deploy")
     ap.add_argument("--note", default="")
     args = ap.parse_args()
@@ -169,7 +174,7 @@ def main() -> None:
                 d = Path(tmp) / f"{src.stem}_{f}"
                 d.mkdir()
                 t0 = time.time()
-                rows = cell(src, opt, f, args.repeat, d)
+                rows = cell(src, opt, f, args, d)
                 results += rows
                 _print(src, f, rows)
                 print(f"  ({time.time() - t0:.0f} s)", flush=True)

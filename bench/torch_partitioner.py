@@ -18,6 +18,7 @@ what other processes take from the core.
 grads_equal: loss and every gradient of the first step equal eager's (assert_close defaults).
 
     python3 bench/torch_partitioner.py [--models mlp,decoder] [--steps 5] [--inductor]
+        [--compilers inductor]
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def methods(model: Any, args: argparse.Namespace) -> list[tuple[str, str, Any, A
             model.checkpoint_blocks = False
 
     rows.append(("eager-blocks", "eager", blocks, None))
-    compilers = ["aot_eager", "inductor"] if args.inductor else ["aot_eager"]
+    compilers = compilers_of(args)
     for compiler in compilers:
         for b in TORCH_BUDGETS:
             if compiler == "aot_eager":
@@ -77,6 +78,12 @@ def methods(model: Any, args: argparse.Namespace) -> list[tuple[str, str, Any, A
             be = backend(budget=b, solver=args.solver, inner=compiler, time_limit=args.time_limit)
             rows.append((f"remat@{b}", compiler, torch.compile(model, backend=be), be.partitioner))
     return rows
+
+
+def compilers_of(args: argparse.Namespace) -> list[str]:
+    if args.compilers:
+        return args.compilers.split(",")
+    return ["aot_eager", "inductor"] if args.inductor else ["aot_eager"]
 
 
 def _with_budget(compiled: Any, budget: float) -> Any:
@@ -203,27 +210,25 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
 def aimed_rows(
     model: Any, rows: list[tuple[str, str, Any, Any]], inputs: tuple[Any, ...], args: argparse.Namespace
 ) -> list[tuple[str, str, Any, Any]]:
-    """remat at AIM x the measured peak of eager-blocks and of each torch-dp row (aot_eager),
-    one row per distinct peak (within 1%)."""
+    """remat at AIM x the measured peak of eager-blocks and of each torch-dp row, through that
+    row's compiler (eager-blocks: each compiler measured), one row per distinct peak (within 1%)."""
     import torch
 
     from remat_cli.torch import backend
     from remat_cli.torch.measure import step_peak
 
     aimed: list[tuple[str, str, Any, Any]] = []
-    seen: list[int] = []
-    for method, compiler, f, _ in rows:
-        if not (method == "eager-blocks" or (method.startswith("torch-dp") and compiler == "aot_eager")):
-            continue
+    seen: dict[str, list[int]] = {c: [] for c in compilers_of(args)}
+    targets = [(m, c, f) for m, _, f, _ in rows if m == "eager-blocks" for c in seen]
+    targets += [(m, c, f) for m, c, f, _ in rows if m.startswith("torch-dp")]
+    for method, compiler, f in targets:
         peak = max(step_peak(model, f, *inputs)[0] for _ in range(2))
-        if any(abs(peak - p) <= 0.01 * p for p in seen):
+        if any(abs(peak - p) <= 0.01 * p for p in seen[compiler]):
             continue
-        seen.append(peak)
+        seen[compiler].append(peak)
         name = "blocks" if method == "eager-blocks" else method
-        be = backend(
-            budget=int(AIM * peak), solver=args.solver, inner="aot_eager", time_limit=args.time_limit
-        )
-        aimed.append((f"remat@{name}", "aot_eager", torch.compile(model, backend=be), be.partitioner))
+        be = backend(budget=int(AIM * peak), solver=args.solver, inner=compiler, time_limit=args.time_limit)
+        aimed.append((f"remat@{name}", compiler, torch.compile(model, backend=be), be.partitioner))
     return aimed
 
 
@@ -316,6 +321,7 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=20.0)
     p.add_argument("--remat-budgets", default=",".join(REMAT_BUDGETS))
     p.add_argument("--inductor", action="store_true", help="add the inductor rows")
+    p.add_argument("--compilers", help="the compilers of the partitioner rows (aot_eager,inductor)")
     p.add_argument("--small", action="store_true", help="the tests' small models (a smoke run)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--merge", nargs="+", metavar="NAME", help="only combine these results files into --out")

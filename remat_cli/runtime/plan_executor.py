@@ -13,6 +13,13 @@ the last reader of the tensor before it ran. Since no tensor is allocated or fre
 the arena's pages are touched once and stay, which is what makes this as fast as onnxruntime's
 own arena while the peak stays the plan's.
 
+Dead pages. A placement can leave the arena above the schedule's live peak (dynamic storage
+allocation is rarely packed to its lower bound; 2.6% on a transformer's step), and a page once
+touched stays resident, so the run would peak at the arena. Where the touched pages would pass
+the live peak, a cut hands back dead pages, those written again latest first
+(:func:`page_discards`): the resident set follows the live tensors at the cost of a few page
+faults, not the arena.
+
 Workspaces. A kernel with scratch (the importer's workspace rules,
 :mod:`remat_cli.importers.onnx.workspace`) takes it from onnxruntime's allocator, not from B. The
 plan gives that scratch a slot of its own at the node's step, free of every tensor live there;
@@ -87,6 +94,7 @@ class PlanExecutor:
             self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
             self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
         cuts = self._slots(model, plan["buffers"])
+        self._trim(model.graph.node, plan["buffers"], cuts)
         self.providers = list(providers or ["CPUExecutionProvider"])
         try:
             self.segments = self._segments(model, cuts, threads)
@@ -123,23 +131,54 @@ class PlanExecutor:
         cuts: dict[int, list[tuple[int, int]]] = {}
         last = -1
         for k, lo, hi in sorted(spans):
-            free_from = max((d + 1 for a, z, d in occupants if a < hi and z > lo and d < k), default=0)
+            free_from = max(
+                (d + 1 for a, z, d in occupants.values() if a < hi and z > lo and d < k), default=0
+            )
             if last < free_from:
                 last = k
             cuts.setdefault(last, []).append((lo, hi - lo))
         return cuts
 
-    def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> list[tuple]:
-        """(start address, end address, index of the last node that reads it) of every tensor
-        in the arena; graph outputs are read at the end."""
+    def _trim(
+        self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping], cuts: dict[int, list]
+    ) -> None:
+        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched
+        would lift the resident set above the plan's live peak (:func:`page_discards`).
+
+        A placement can leave the arena above the schedule's live peak (dynamic storage
+        allocation is rarely packed to its bound), and every page a run touches stays resident,
+        so without this a run's peak would be the arena's, not the schedule's. Workspace slots
+        count as written at their node: their scratch takes their place."""
+        where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+        start = self.arena.ctypes.data
+        page0 = -(-start // PAGE) * PAGE  # whole pages inside the arena only
+        n_pages = max(0, (start + self.arena_bytes) // PAGE * PAGE - page0) // PAGE
+        last = len(nodes) - 1
+        spans = [(where.get(t, 0), d, a, z) for t, (a, z, d) in self._occupants(nodes, where).items()]
+        spans += [
+            (where[b["output"]], where[b["output"]], start + b["offset"], start + b["offset"] + b["size"])
+            for b in buffers
+            if "workspace_of" in b and b.get("output") in where
+        ]
+        pages = [  # (writer, last reader, first page, end page), clipped to the arena's pages
+            (min(w, last), max(min(w, last), min(d, last + 1)), max(0, (a - page0) // PAGE),
+             min(n_pages, -(-(z - page0) // PAGE)))
+            for w, d, a, z in spans
+        ]  # fmt: skip
+        for k, pick in page_discards([x for x in pages if x[3] > x[2]], n_pages, len(nodes)).items():
+            cuts.setdefault(k, []).extend(_runs(pick, page0))
+
+    def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
+        """tensor -> (start address, end address, index of the last node that reads it), for
+        every tensor in the arena; graph outputs are read at the end."""
         last = {t: len(nodes) for t in self.outputs}
         for k, n in enumerate(nodes):
             for t in _reads(n):
                 last[t] = max(last.get(t, -1), k)
-        out = []
+        out = {}
         for t, v in self._views.items():
             a = v.ctypes.data
-            out.append((a, a + v.nbytes, last.get(t, where.get(t, 0))))
+            out[t] = (a, a + v.nbytes, last.get(t, where.get(t, 0)))
         return out
 
     def _segments(self, model: onnx.ModelProto, cuts: Mapping[int, tuple], threads: int) -> list[Segment]:
@@ -226,6 +265,85 @@ class PlanExecutor:
                     self._carried.update({k: got[k] for k in s.unplanned})
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+
+def page_discards(
+    spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int
+) -> dict[int, np.ndarray]:
+    """node index -> the arena pages to hand back before it, for tensors at `spans` (writer,
+    last reader, first page, end page): wherever the pages touched so far would pass the live
+    peak by more than 0.25%, the dead resident pages written again latest are handed back,
+    1% of the peak beyond the need so that cuts stay few. Simulated for a first run and then
+    the steady state, where a run starts with what the run before left resident."""
+    written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
+    dies: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
+    for w, d, lo, hi in spans:
+        written[w].append((lo, hi))
+        dies[d].append((lo, hi))
+    count = np.zeros(n_pages, dtype=np.int32)  # live tensors on each page
+    peak = 0
+    for k in range(n_nodes):
+        for lo, hi in written[k]:
+            count[lo:hi] += 1
+        peak = max(peak, int(np.count_nonzero(count)))
+        for lo, hi in dies[k]:
+            count[lo:hi] -= 1
+    limit, headroom = peak + max(1, peak // 400), peak // 100
+    next_write = _next_writes(written, n_pages)
+    discards: dict[int, np.ndarray] = {}
+    resident = np.zeros(n_pages, dtype=bool)
+    for _ in range(2):  # the first run, then the steady state
+        for k in range(n_nodes):
+            if k in discards:
+                resident &= ~discards[k]
+            touched = resident.copy()
+            for lo, hi in written[k]:
+                touched[lo:hi] = True
+            over = int(np.count_nonzero(touched)) - limit
+            if over > 0:
+                dead = resident.copy()
+                for w, d, lo, hi in spans:
+                    if w < k <= d:
+                        dead[lo:hi] = False
+                idle = np.flatnonzero(dead)
+                idle = idle[np.argsort(-next_write(idle, k), kind="stable")][: over + headroom]
+                discards.setdefault(k, np.zeros(n_pages, dtype=bool))[idle] = True
+                resident[idle] = False
+                touched[idle] = False
+                for lo, hi in written[k]:
+                    touched[lo:hi] = True
+            resident = touched
+    return discards
+
+
+def _next_writes(written: Sequence[Sequence[tuple[int, int]]], n_pages: int):
+    """f(pages, k): for each page the index of the first node at or after k that writes it,
+    the next run's (plus the node count) where none does in this one."""
+    n = len(written)
+    ev_page = [np.arange(lo, hi) for k in range(n) for lo, hi in written[k]]
+    ev_time = [np.full(hi - lo, k) for k in range(n) for lo, hi in written[k]]
+    if not ev_page:
+        return lambda pages, k: np.zeros(len(pages), dtype=np.int64)
+    key = np.concatenate(ev_page).astype(np.int64) * (2 * n) + np.concatenate(ev_time)
+    key.sort()
+    first = np.full(n_pages, 2 * n - 1, dtype=np.int64)  # never written: last to be needed
+    pages_of, times = key // (2 * n), key % (2 * n)
+    first[pages_of[::-1]] = times[::-1]
+
+    def after(pages: np.ndarray, k: int) -> np.ndarray:
+        i = np.searchsorted(key, pages * (2 * n) + k)
+        hit = i < len(key)
+        i = np.minimum(i, len(key) - 1)
+        same = hit & (pages_of[i] == pages)
+        return np.where(same, times[i], first[pages] + n)
+
+    return after
+
+
+def _runs(pages: np.ndarray, page0: int) -> list[tuple[int, int]]:
+    """(address, bytes) of every run of True in `pages`, page k at page0 + k * PAGE."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], pages.view(np.int8), [0]))))
+    return [(page0 + int(a) * PAGE, int(b - a) * PAGE) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def _libc():

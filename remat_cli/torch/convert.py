@@ -22,9 +22,17 @@ holds while it runs), both from :mod:`remat_cli.torch.probe`. An operator that c
 measured costs its FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per
 byte it reads and writes, at least :data:`MIN_COST`, at :data:`FLOPS_PER_SECOND`.
 
-Not recomputable: random operators (``nondeterministic_seeded``) and impure ones. Random
-operators are chained by zero-size tokens in their program order, so every schedule draws
-from the generator in eager's order and a seeded run gives eager's dropout masks.
+Random operators (``nondeterministic_seeded``, e.g. ``native_dropout``) are chained by tokens
+in their program order: each reads the token of the one before it, so every schedule makes
+their first draws in eager's order and a seeded run gives eager's dropout masks. A functional
+random operator on the CPU or a CUDA device is recomputable: :mod:`remat_cli.torch.apply`
+saves the generator's state at its first run and replays the draw from it
+(``run_and_save_rng_state`` / ``run_with_rng_state``, as PyTorch's partitioner replays a
+checkpointed dropout), so a recomputation draws eager's mask again. The token a replayable
+operator reads stands for that saved state and has its size (:func:`rng_state_bytes`): a
+recomputation keeps it alive from the draw before until the last replay, as the saved state
+lives from the first draw to the last replay. Not recomputable: other random operators
+(no replayable state) and impure ones.
 """
 
 from __future__ import annotations
@@ -78,6 +86,28 @@ class JointGraph:
 def _tensor_val(node: fx.Node) -> torch.Tensor | None:
     v = node.meta.get("val")
     return v if isinstance(v, torch.Tensor) else None
+
+
+def rng_state_bytes(device: str) -> int:
+    """Bytes of the memory measured on `device` that a saved generator state holds: the CPU
+    generator's whole state (a Mersenne Twister), and nothing for CUDA, whose state (seed and
+    offset) ``run_and_save_rng_state`` returns as a small host tensor."""
+    return int(torch.get_rng_state().nbytes) if device == "cpu" else 0
+
+
+def rng_device(node: fx.Node) -> str | None:
+    """The device type whose generator `node`, a random operator, draws from, when its draw
+    can be saved and replayed: a functional operator on the CPU or a CUDA device."""
+    if node.target._schema.is_mutable:
+        return None
+
+    def meta(a: fx.Node) -> object:
+        return a.meta.get("val")
+
+    args = fx.node.map_arg(node.args, meta)
+    kwargs = fx.node.map_arg(node.kwargs, meta)
+    device = torch._prims.rng_prims.get_device(args, kwargs)
+    return device if device in ("cpu", "cuda") else None
 
 
 def _check_supported(gm: fx.GraphModule) -> None:
@@ -228,9 +258,12 @@ class _Builder:
             inputs += [n.outputs[0] for n in self.nodes if dst in n.inputs]
             inputs = list(dict.fromkeys(i for i in inputs if i != node.name))
             self.updates.append(node.name)
+        device = rng_device(node) if random else None
         if random:
             if self.rng_token is not None:
                 inputs.append(self.rng_token)
+                if device is not None:  # the state a replay of this draw starts from
+                    self.values[self.rng_token].size = rng_state_bytes(device)
             self.rng_token = f"{node.name}.rng"
             self.values[self.rng_token] = Value(id=self.rng_token, size=0)
             outputs.append(self.rng_token)
@@ -244,8 +277,8 @@ class _Builder:
                 outputs=outputs,
                 cost=(MIN_COST if written == 0 else _cost(node, read, written)) / FLOPS_PER_SECOND,
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
-                recomputable=not random
-                and not node.is_impure()
+                recomputable=(not random or device is not None)
+                and not node.is_impure(impure_random=False)
                 and not any(i in self.mutated for i in reads),
             )
         )

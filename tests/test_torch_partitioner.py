@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from remat_cli.torch import RematFallback, RematPartitioner, backend  # noqa: E402
 from remat_cli.torch.apply import COPY_KEY, SOURCE_KEY  # noqa: E402
-from remat_cli.torch.convert import BOUNDARY  # noqa: E402
+from remat_cli.torch.convert import BOUNDARY, RNG_SAVE  # noqa: E402
 from remat_cli.torch.measure import allocated_peak, train_step  # noqa: E402
 from remat_cli.torch.models import case  # noqa: E402
 
@@ -213,9 +213,12 @@ class DropoutReplay:
         g = joint.graph
         drop, later = [n for n in g.nodes if n.op == "aten.native_dropout.default"]
         assert drop.recomputable and later.recomputable
-        # the state the second draw is replayed from lives in the token it reads
-        (token,) = [v for v in later.inputs if v.endswith(".rng")]
-        assert g.value_map[token].size == rng_state_bytes("cpu") > 0
+        # each replays from a state saved once, of the generator state's size, after the draw
+        # before it (no draw before the first)
+        saves = {n.outputs[0]: n for n in g.nodes if n.op == RNG_SAVE}
+        (state,) = set(later.inputs) & set(saves)
+        assert g.value_map[state].size == rng_state_bytes("cpu") > 0
+        assert not saves[state].recomputable and saves[state].inputs == [f"{drop.id}.rng"]
         seq = list(g.order)
         boundary = seq.index(BOUNDARY)
         reader = next(

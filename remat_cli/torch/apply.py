@@ -38,7 +38,7 @@ from torch._guards import detect_fake_mode
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from remat_cli.schedule import Step
-from remat_cli.torch.convert import BOUNDARY, JointGraph, rng_device
+from remat_cli.torch.convert import BOUNDARY, RNG_SAVE, JointGraph, rng_device
 
 #: meta key of a node copied from the joint graph: how many times that node ran before it
 COPY_KEY = "remat_copy"
@@ -88,6 +88,8 @@ class _Rewriter:
         return copy
 
     def compute(self, name: str) -> None:
+        if self.joint.graph.node_map[name].op == RNG_SAVE:  # the state: made by the first draw
+            return
         if name == BOUNDARY:
             for o in self.forward_outputs():
                 if self.joint.value_of[o.name] in self.joint.views:

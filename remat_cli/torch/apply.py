@@ -175,7 +175,7 @@ def split(
     replayed = {
         n.name
         for n in gm.graph.nodes
-        if runs[n.name] > 1 and n.op == "call_function" and torch.Tag.nondeterministic_seeded in n.target.tags
+        if runs[n.name] > 1 and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
     }
     r = _Rewriter(gm, joint, replayed)
     for step in steps:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from remat_cli.torch import RematFallback, RematPartitioner, backend  # noqa: E402
 from remat_cli.torch.apply import COPY_KEY, SOURCE_KEY  # noqa: E402
-from remat_cli.torch.convert import BOUNDARY  # noqa: E402
+from remat_cli.torch.convert import BOUNDARY, RNG_SAVE  # noqa: E402
 from remat_cli.torch.measure import allocated_peak, train_step  # noqa: E402
 from remat_cli.torch.models import case  # noqa: E402
 
@@ -40,7 +41,11 @@ def check_equal_to_eager(name: str, inner: str):
         warnings.simplefilter("error", RematFallback)
         loss, got = grads(c.model, compiled, c.inputs)
     eager_loss, want = grads(c.model, c.model, c.inputs)
-    assert be.partitioner.last.schedule.summary.recomputations > 0
+    schedule = be.partitioner.last.schedule
+    assert schedule.summary.recomputations > 0
+    # a dropout run again replays its draw (only the decoder has dropout)
+    runs = Counter(s.node for s in schedule.steps if s.op == "compute")
+    assert any(k > 1 and n.startswith("native_dropout") for n, k in runs.items()) == (name == "decoder")
     torch.testing.assert_close(loss, eager_loss)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
@@ -189,3 +194,72 @@ def test_measured_peak_follows_the_prediction(model, budget):
     assert out.returncode == 0, out.stderr[-2000:]
     peak, predicted = json.loads(out.stdout.strip().splitlines()[-1])
     assert abs(peak - predicted) <= 0.05 * predicted, (peak, predicted)
+
+
+class DropoutReplay:
+    """A partitioner whose schedule is the joint graph's own order with the first dropout run
+    again in the backward, just before its mask is read there (what a solver does to free the
+    mask across the boundary); it keeps the backward graphs."""
+
+    def __init__(self):
+        self.backward = []
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        from remat_cli.schedule import steps_from_sequence
+        from remat_cli.torch.apply import split
+        from remat_cli.torch.convert import joint_graph, rng_state_bytes
+
+        joint = joint_graph(gm, num_fwd_outputs=kwargs["num_fwd_outputs"])
+        g = joint.graph
+        drop, later = [n for n in g.nodes if n.op == "aten.native_dropout.default"]
+        assert drop.recomputable and later.recomputable
+        # each replays from a state saved once, of the generator state's size, after the draw
+        # before it (no draw before the first)
+        saves = {n.outputs[0]: n for n in g.nodes if n.op == RNG_SAVE}
+        (state,) = set(later.inputs) & set(saves)
+        assert g.value_map[state].size == rng_state_bytes("cpu") > 0
+        assert not saves[state].recomputable and saves[state].inputs == [f"{drop.id}.rng"]
+        seq = list(g.order)
+        boundary = seq.index(BOUNDARY)
+        reader = next(
+            i for i, n in enumerate(seq) if i > boundary and set(drop.outputs) & set(g.node_map[n].inputs)
+        )
+        seq.insert(reader, drop.id)
+        fw, bw = split(gm, joint, steps_from_sequence(g, seq))
+        self.backward.append(bw)
+        return fw, bw
+
+
+def dropout_model():
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(32, 32), nn.Dropout(0.5), nn.Tanh(), nn.Linear(32, 32), nn.Dropout(0.5))
+    return model, torch.randn(8, 32)
+
+
+def test_a_dropout_recomputed_in_the_backward_replays_eagers_mask():
+    # the loss and gradients equal eager's, and the backward draws through run_with_rng_state
+    # (inductor's replay: the decoder's schedules recompute dropouts, check_equal_to_eager)
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._prims.rng_prims import run_with_rng_state
+
+    model, x = dropout_model()
+    part = DropoutReplay()
+    be = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=part)
+    compiled = torch.compile(model, backend=be)
+
+    def step(fn):
+        torch.manual_seed(1)
+        model.zero_grad(set_to_none=True)
+        loss = fn(x).square().sum()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    loss, got = step(compiled)
+    eager_loss, want = step(model)
+    torch.testing.assert_close(loss, eager_loss)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    (bw,) = part.backward
+    assert [n.target for n in bw.graph.nodes].count(run_with_rng_state) == 1

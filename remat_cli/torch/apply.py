@@ -12,6 +12,12 @@ of its owner live at that read, once per owner copy and side of the boundary: a 
 outlives the owner copy it was made from, so no storage stays alive after the schedule frees
 it, and the backward makes its views from the saved owners.
 
+A random operator the schedule runs more than once draws at its first run through
+``run_and_save_rng_state``, which also returns the generator's state; every later run is
+``run_with_rng_state`` from that state, which replays the same draw and puts the generator
+back, so the recomputation gives eager's mask and later draws are not moved. The state is a
+value like any other: saved across the boundary when a replay follows it.
+
 Frees: FX's generated code drops each value after its last reader (``x = None``), and the
 boxed calling convention of ``aot_autograd`` clears the argument list, so a value is released
 at its last use in the copy the schedule reads it from, which is at or before the schedule's
@@ -22,13 +28,17 @@ values follow ``aot_autograd``'s conventions (tensors saved with a version check
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Iterable
 
+import torch
 import torch.fx as fx
 from torch._functorch.partitioners import _extract_fwd_bwd_modules, is_not_collective
+from torch._guards import detect_fake_mode
+from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from remat_cli.schedule import Step
-from remat_cli.torch.convert import BOUNDARY, JointGraph
+from remat_cli.torch.convert import BOUNDARY, RNG_SAVE, JointGraph, rng_device
 
 #: meta key of a node copied from the joint graph: how many times that node ran before it
 COPY_KEY = "remat_copy"
@@ -37,8 +47,11 @@ SOURCE_KEY = "remat_source"
 
 
 class _Rewriter:
-    def __init__(self, gm: fx.GraphModule, joint: JointGraph) -> None:
+    def __init__(self, gm: fx.GraphModule, joint: JointGraph, replayed: set[str]) -> None:
         self.joint = joint
+        #: the random nodes run more than once, and the generator state of each one's first run
+        self.replayed = replayed
+        self.rng_states: dict[str, fx.Node] = {}
         self.orig = {n.name: n for n in gm.graph.nodes}
         self.old_output = next(iter(gm.graph.find_nodes(op="output")))
         self.graph = fx.Graph()
@@ -75,6 +88,8 @@ class _Rewriter:
         return copy
 
     def compute(self, name: str) -> None:
+        if self.joint.graph.node_map[name].op == RNG_SAVE:  # the state: made by the first draw
+            return
         if name == BOUNDARY:
             for o in self.forward_outputs():
                 if self.joint.value_of[o.name] in self.joint.views:
@@ -82,7 +97,7 @@ class _Rewriter:
             self.at_boundary = dict(self.env)
             return
         node = self.orig[name]
-        copy = self.graph.node_copy(node, self.read)
+        copy = self.copy(node) if name in self.replayed else self.graph.node_copy(node, self.read)
         copy.meta = {**node.meta, COPY_KEY: self.runs.get(name, 0), SOURCE_KEY: name}
         self.runs[name] = self.runs.get(name, 0) + 1
         made = [copy]
@@ -100,6 +115,26 @@ class _Rewriter:
             self.env[name] = copy
         if self.at_boundary is None:
             self.before.update(made)
+
+    def copy(self, node: fx.Node) -> fx.Node:
+        """A run of the random `node`: the first saves the generator's state, a later one
+        replays the draw from it (the made nodes go before the boundary with the copy)."""
+        args = fx.node.map_arg(node.args, self.read)
+        kwargs = fx.node.map_arg(node.kwargs, self.read)
+        state = self.rng_states.get(node.name)
+        if state is not None:
+            return self.graph.call_function(run_with_rng_state, (state, node.target, *args), kwargs)
+        both = self.graph.call_function(run_and_save_rng_state, (node.target, *args), kwargs)
+        state = self.graph.call_function(operator.getitem, (both, 0))
+        val = node.meta["val"]
+        fake = detect_fake_mode([*(val if isinstance(val, (tuple, list)) else [val])])
+        sample = torch.cuda.get_rng_state() if rng_device(node) == "cuda" else torch.get_rng_state()
+        # a generator state's fake tensor, as aot_autograd's saved values carry one
+        state.meta["val"] = sample if fake is None else fake.from_tensor(sample)
+        self.rng_states[node.name] = state
+        if self.at_boundary is None:
+            self.before.update((both, state))
+        return self.graph.call_function(operator.getitem, (both, 1))
 
     def forward_outputs(self) -> list[fx.Node]:
         return [o for o in self.old_output.args[0][: self.joint.num_fwd_outputs] if isinstance(o, fx.Node)]
@@ -135,7 +170,14 @@ def split(
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """(forward, backward) GraphModules that run `steps`, a schedule of ``joint`` (made from
     `gm`), as ``aot_autograd``'s partitioners return them."""
-    r = _Rewriter(gm, joint)
+    steps = list(steps)
+    runs = Counter(s.node for s in steps if s.op == "compute")
+    replayed = {
+        n.name
+        for n in gm.graph.nodes
+        if runs[n.name] > 1 and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+    }
+    r = _Rewriter(gm, joint, replayed)
     for step in steps:
         if step.op == "compute":
             r.compute(step.node)

@@ -22,9 +22,17 @@ holds while it runs), both from :mod:`remat_cli.torch.probe`. An operator that c
 measured costs its FLOPs from :mod:`torch.utils.flop_counter` plus :data:`FLOPS_PER_BYTE` per
 byte it reads and writes, at least :data:`MIN_COST`, at :data:`FLOPS_PER_SECOND`.
 
-Not recomputable: random operators (``nondeterministic_seeded``) and impure ones. Random
-operators are chained by zero-size tokens in their program order, so every schedule draws
-from the generator in eager's order and a seeded run gives eager's dropout masks.
+Random operators (``nondeterministic_seeded``, e.g. ``native_dropout``) are chained by zero-size
+tokens in their program order, so every schedule makes their first draws in eager's order and a
+seeded run gives eager's dropout masks. A functional random operator on the CPU or a CUDA device
+is recomputable: :mod:`remat_cli.torch.apply` saves the generator's state at its first run and
+replays the draw from it (``run_and_save_rng_state`` / ``run_with_rng_state``, as PyTorch's
+partitioner replays a checkpointed dropout), so a recomputation draws eager's mask again. The
+saved state is the value of a node of its own (:data:`RNG_SAVE`, no FX node, run once, after
+the draw before: the token), which the random node reads, of the state's size
+(:func:`rng_state_bytes`): it lives until the draw's last replay, and a replay never needs the
+draws before it run again. Not recomputable: other random operators (no replayable state) and
+impure ones.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ MIN_COST = 1000.0
 FLOPS_PER_SECOND = 1e10
 #: the node that makes the tangents: the schedule's forward/backward boundary
 BOUNDARY = "remat.boundary"
+#: the op of the nodes that save a random operator's generator state (no FX node)
+RNG_SAVE = "remat.rng_save"
 
 
 class Unsupported(ValueError):
@@ -78,6 +88,28 @@ class JointGraph:
 def _tensor_val(node: fx.Node) -> torch.Tensor | None:
     v = node.meta.get("val")
     return v if isinstance(v, torch.Tensor) else None
+
+
+def rng_state_bytes(device: str) -> int:
+    """Bytes of the memory measured on `device` that a saved generator state holds: the CPU
+    generator's whole state (a Mersenne Twister), and nothing for CUDA, whose state (seed and
+    offset) ``run_and_save_rng_state`` returns as a small host tensor."""
+    return int(torch.get_rng_state().nbytes) if device == "cpu" else 0
+
+
+def rng_device(node: fx.Node) -> str | None:
+    """The device type whose generator `node`, a random operator, draws from, when its draw
+    can be saved and replayed: a functional operator on the CPU or a CUDA device."""
+    if node.target._schema.is_mutable:
+        return None
+
+    def meta(a: fx.Node) -> object:
+        return a.meta.get("val")
+
+    args = fx.node.map_arg(node.args, meta)
+    kwargs = fx.node.map_arg(node.kwargs, meta)
+    device = torch._prims.rng_prims.get_device(args, kwargs)
+    return device if device in ("cpu", "cuda") else None
 
 
 def _check_supported(gm: fx.GraphModule) -> None:
@@ -197,14 +229,15 @@ class _Builder:
         if node.name.startswith("primals"):
             self.add_value(node.name, t, "parameter" if index in self.static_inputs else "input")
 
-    def call(self, node: fx.Node) -> bool:
-        """Convert one FX call; False when it is no remat node (a getitem, an inlined view)."""
+    def call(self, node: fx.Node) -> list[str]:
+        """Convert one FX call; the remat nodes made for it in their order (none for a
+        getitem or an inlined view; a random operator's state node before it)."""
         if node.target is operator.getitem:
             src, index = node.args
             vid = f"{src.name}.{index}"
             self.value_of[node.name] = vid
             self.fx_of.setdefault(vid, node.name)
-            return False
+            return []
         val = node.meta["val"]
         if isinstance(val, (tuple, list)):
             outs = [(f"{node.name}.{i}", t) for i, t in enumerate(val) if isinstance(t, torch.Tensor)]
@@ -212,7 +245,7 @@ class _Builder:
             outs = [(node.name, val)]
             self.value_of[node.name] = node.name
         if self.inline_view(node, outs):
-            return False
+            return []
         if not isinstance(val, (tuple, list)):
             self.fx_of[node.name] = node.name
         reads = self.with_owners([self.value_of[a.name] for a in node.all_input_nodes])
@@ -228,8 +261,16 @@ class _Builder:
             inputs += [n.outputs[0] for n in self.nodes if dst in n.inputs]
             inputs = list(dict.fromkeys(i for i in inputs if i != node.name))
             self.updates.append(node.name)
+        made = [node.name]
+        device = rng_device(node) if random else None
         if random:
-            if self.rng_token is not None:
+            # a replayable draw reads its saved state (made after the draw before it), any
+            # other the draw before it: either way the first draws keep eager's order
+            state = self.rng_state(node, device)
+            if state is not None:
+                inputs.append(state.outputs[0])
+                made.insert(0, state.id)
+            elif self.rng_token is not None:
                 inputs.append(self.rng_token)
             self.rng_token = f"{node.name}.rng"
             self.values[self.rng_token] = Value(id=self.rng_token, size=0)
@@ -244,12 +285,32 @@ class _Builder:
                 outputs=outputs,
                 cost=(MIN_COST if written == 0 else _cost(node, read, written)) / FLOPS_PER_SECOND,
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
-                recomputable=not random
-                and not node.is_impure()
+                recomputable=(not random or device is not None)
+                and not node.is_impure(impure_random=False)
                 and not any(i in self.mutated for i in reads),
             )
         )
-        return True
+        return made
+
+    def rng_state(self, node: fx.Node, device: str | None) -> Node | None:
+        """The node that saves the generator's state for the replays of the random `node`
+        (None when its draw cannot be replayed): it runs once, after the draw before (the
+        token), and its value, the state, lives until `node`'s last run."""
+        if device is None:
+            return None
+        vid = f"{node.name}.rng_state"
+        self.values[vid] = Value(id=vid, size=rng_state_bytes(device), dtype="uint8")
+        state = Node(
+            id=f"{node.name}.rng_save",
+            op=RNG_SAVE,
+            inputs=[self.rng_token] if self.rng_token else [],
+            outputs=[vid],
+            cost=0.0,
+            phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
+            recomputable=False,
+        )
+        self.nodes.append(state)
+        return state
 
 
 def _boundary(b: _Builder, fwd_outputs: list[str], tangents: list[fx.Node]) -> Node:
@@ -293,8 +354,7 @@ def _walk(b: _Builder, gm: fx.GraphModule, fwd_out_nodes: list[fx.Node]) -> tupl
                 if pending:
                     raise Unsupported(f"{node.name} reads a tangent before the forward outputs are made")
                 boundary = _place_boundary(b, fwd_out_nodes, tangents, order)
-        if b.call(node):
-            order.append(node.name)
+        order.extend(b.call(node))
         pending.discard(node.name)
     if boundary is None:
         if pending:

@@ -165,7 +165,8 @@ class PlanExecutor:
              min(n_pages, -(-(z - page0) // PAGE)))
             for w, d, a, z in spans
         ]  # fmt: skip
-        for k, pick in page_discards([x for x in pages if x[3] > x[2]], n_pages, len(nodes)).items():
+        starts = sorted({0, *cuts})
+        for k, pick in page_discards([x for x in pages if x[3] > x[2]], n_pages, len(nodes), starts).items():
             cuts.setdefault(k, []).extend(_runs(pick, page0))
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
@@ -268,13 +269,17 @@ class PlanExecutor:
 
 
 def page_discards(
-    spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int
+    spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int, starts: Sequence[int]
 ) -> dict[int, np.ndarray]:
-    """node index -> the arena pages to hand back before it, for tensors at `spans` (writer,
-    last reader, first page, end page): wherever the pages touched so far would pass the live
-    peak by more than 0.25%, the dead resident pages written again latest are handed back,
-    1% of the peak beyond the need so that cuts stay few. Simulated for a first run and then
-    the steady state, where a run starts with what the run before left resident."""
+    """Segment start -> the arena pages to hand back before it, for tensors at `spans` (writer,
+    last reader, first page, end page) and segments starting at `starts`.
+
+    At a segment start, where the resident pages and those the segment writes would pass the
+    live peak by more than 0.25%, the dead resident pages the segment does not write are handed
+    back, those written again latest first, 1% of the peak beyond the need. A new segment (a
+    session run more) starts only where the resident set would still pass the peak by 1%.
+    Simulated for a first run and then the steady state, where a run starts with what the run
+    before left resident."""
     written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
     dies: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
     for w, d, lo, hi in spans:
@@ -288,31 +293,46 @@ def page_discards(
         peak = max(peak, int(np.count_nonzero(count)))
         for lo, hi in dies[k]:
             count[lo:hi] -= 1
-    limit, headroom = peak + max(1, peak // 400), peak // 100
+    limit, cut_limit, headroom = peak + max(1, peak // 400), peak + max(1, peak // 100), peak // 100
+    if n_pages <= limit:
+        return {}
     next_write = _next_writes(written, n_pages)
+    first = set(starts)
     discards: dict[int, np.ndarray] = {}
     resident = np.zeros(n_pages, dtype=bool)
+
+    def hand_back(k: int, keep: np.ndarray, over: int) -> None:
+        idle = resident & ~keep
+        for w, d, lo, hi in spans:
+            if w < k <= d:
+                idle[lo:hi] = False
+        pages = np.flatnonzero(idle)
+        pages = pages[np.argsort(-next_write(pages, k), kind="stable")][: over + headroom]
+        discards.setdefault(k, np.zeros(n_pages, dtype=bool))[pages] = True
+        resident[pages] = False
+
     for _ in range(2):  # the first run, then the steady state
         for k in range(n_nodes):
             if k in discards:
                 resident &= ~discards[k]
-            touched = resident.copy()
+            if k in first:  # the segment's writes up to the next start stay resident anyway
+                end = min((s for s in first if s > k), default=n_nodes)
+                wrote = np.zeros(n_pages, dtype=bool)
+                for lo, hi in (x for j in range(k, end) for x in written[j]):
+                    wrote[lo:hi] = True
+                if (over := int(np.count_nonzero(resident | wrote)) - limit) > 0:
+                    hand_back(k, wrote, over)
+            now = resident.copy()
             for lo, hi in written[k]:
-                touched[lo:hi] = True
-            over = int(np.count_nonzero(touched)) - limit
-            if over > 0:
-                dead = resident.copy()
-                for w, d, lo, hi in spans:
-                    if w < k <= d:
-                        dead[lo:hi] = False
-                idle = np.flatnonzero(dead)
-                idle = idle[np.argsort(-next_write(idle, k), kind="stable")][: over + headroom]
-                discards.setdefault(k, np.zeros(n_pages, dtype=bool))[idle] = True
-                resident[idle] = False
-                touched[idle] = False
+                now[lo:hi] = True
+            if (over := int(np.count_nonzero(now)) - cut_limit) > 0:
+                first.add(k)
+                mine = np.zeros(n_pages, dtype=bool)
                 for lo, hi in written[k]:
-                    touched[lo:hi] = True
-            resident = touched
+                    mine[lo:hi] = True
+                hand_back(k, mine, over)
+            for lo, hi in written[k]:
+                resident[lo:hi] = True
     return discards
 
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.fx as fx
-from torch._functorch.partitioners import _extract_fwd_bwd_modules, is_not_collective
+from torch._functorch.partitioners import _extract_fwd_bwd_modules
 from torch._guards import detect_fake_mode
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
@@ -165,6 +165,15 @@ class _Rewriter:
         return outs, list(saved)
 
 
+def is_side_effect(node: fx.Node) -> bool:
+    """Whether dead-code elimination must keep `node` although nothing reads it: a mutation,
+    never a random draw. The extraction copies into each side every node whose inputs are
+    there (the backward gets each forward node computable from the saved values), and FX keeps
+    a dead random draw when ``torch._inductor.config.fallback_random`` is set: a dropout run
+    again in the backward, which costs its time and advances the generator."""
+    return node.is_impure(impure_random=False)
+
+
 def split(
     gm: fx.GraphModule, joint: JointGraph, steps: Iterable[Step]
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -186,8 +195,8 @@ def split(
     fw, bw = _extract_fwd_bwd_modules(
         rewritten, saved, saved_sym_nodes=[], num_fwd_outputs=joint.num_fwd_outputs
     )
-    fw.graph.eliminate_dead_code(is_impure_node=is_not_collective)
-    bw.graph.eliminate_dead_code(is_impure_node=is_not_collective)
+    fw.graph.eliminate_dead_code(is_impure_node=is_side_effect)
+    bw.graph.eliminate_dead_code(is_impure_node=is_side_effect)
     fw.graph.lint()
     bw.graph.lint()
     fw.recompile()

@@ -117,6 +117,33 @@ def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():
     assert {n.meta[SOURCE_KEY] for n in copies} == again
 
 
+def test_a_step_draws_from_the_generator_as_eager_does():
+    import torch._inductor.config as inductor_config
+
+    # the backward's extraction copies in every forward node whose inputs it holds (a dropout of
+    # the saved softmax): one left there although dead (FX keeps random draws under
+    # fallback_random) runs again, costing its time and advancing the generator
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(torch.nn.functional.dropout(self.a(x).softmax(-1), 0.5)).sum()
+
+    model, x = Attention(), torch.randn(64, 32)
+    be = backend(budget="100%", solver="greedy")
+    compiled = torch.compile(model, backend=be)
+    after = []
+    with inductor_config.patch(fallback_random=True):
+        for step in (model, compiled):
+            torch.manual_seed(0)
+            train_step(model, step, x)
+            after.append(torch.get_rng_state())
+    assert be.partitioner.last is not None
+    assert torch.equal(after[1], after[0])
+
+
 @pytest.mark.slow  # dynamo traces the model with symbolic shapes
 def test_fallback_on_a_graph_the_converter_refuses():
     c = case("mlp")

@@ -281,18 +281,9 @@ def page_discards(
     Simulated for a first run and then the steady state, where a run starts with what the run
     before left resident."""
     written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
-    dies: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
-    for w, d, lo, hi in spans:
+    for w, _, lo, hi in spans:
         written[w].append((lo, hi))
-        dies[d].append((lo, hi))
-    count = np.zeros(n_pages, dtype=np.int32)  # live tensors on each page
-    peak = 0
-    for k in range(n_nodes):
-        for lo, hi in written[k]:
-            count[lo:hi] += 1
-        peak = max(peak, int(np.count_nonzero(count)))
-        for lo, hi in dies[k]:
-            count[lo:hi] -= 1
+    peak = live_page_peak(spans, n_pages, n_nodes)
     limit, cut_limit, headroom = peak + max(1, peak // 400), peak + max(1, peak // 100), peak // 100
     if n_pages <= limit:
         return {}
@@ -334,6 +325,25 @@ def page_discards(
             for lo, hi in written[k]:
                 resident[lo:hi] = True
     return discards
+
+
+def live_page_peak(spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int) -> int:
+    """The most pages that tensors at `spans` (writer, last reader, first page, end page) cover
+    at one node: what no hand-back can go below."""
+    written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
+    dies: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
+    for w, d, lo, hi in spans:
+        written[w].append((lo, hi))
+        dies[d].append((lo, hi))
+    count = np.zeros(n_pages, dtype=np.int32)  # live tensors on each page
+    peak = 0
+    for k in range(n_nodes):
+        for lo, hi in written[k]:
+            count[lo:hi] += 1
+        peak = max(peak, int(np.count_nonzero(count)))
+        for lo, hi in dies[k]:
+            count[lo:hi] -= 1
+    return peak
 
 
 def _next_writes(written: Sequence[Sequence[tuple[int, int]]], n_pages: int):

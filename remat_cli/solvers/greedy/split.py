@@ -83,28 +83,27 @@ def _decode_kernel(
     for k in range(n):
         acc += diff[k]
         prof[k] = acc + resident_bytes + workspace[seq[k]]
-    # intervals grouped by value, reads grouped by interval (counting sorts keep the order)
-    ptr = np.zeros(nv + 1, np.int64)
-    for i in range(n_iv):
-        ptr[value[i] + 1] += 1
-    for v in range(nv):
-        ptr[v + 1] += ptr[v]
-    ids = np.empty(n_iv, np.int64)
-    fill = ptr[:-1].copy()
-    for i in range(n_iv):
-        ids[fill[value[i]]] = i
-        fill[value[i]] += 1
-    use_ptr = np.zeros(n_iv + 1, np.int64)
-    for q in range(n_reads):
-        use_ptr[read_iv[q] + 1] += 1
-    for i in range(n_iv):
-        use_ptr[i + 1] += use_ptr[i]
-    uses = np.empty(n_reads, np.int64)
-    at = use_ptr[:-1].copy()
-    for q in range(n_reads):
-        uses[at[read_iv[q]]] = read_at[q]
-        at[read_iv[q]] += 1
+    # intervals grouped by value, reads grouped by interval
+    ptr, ids = _group_by(value, np.arange(n_iv), nv)
+    use_ptr, uses = _group_by(read_iv, read_at, n_iv)
     return prof, ptr, ids, start, end, use_ptr, uses
+
+
+@njit(cache=True)
+def _group_by(keys: np.ndarray, items: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, grouped): `items` grouped by `keys` (0..n_keys-1), key k's at grouped[ptr[k]:ptr[k+1]]
+    in their order (a counting sort)."""
+    ptr = np.zeros(n_keys + 1, np.int64)
+    for k in keys:
+        ptr[k + 1] += 1
+    for k in range(n_keys):
+        ptr[k + 1] += ptr[k]
+    grouped = np.empty(len(keys), np.int64)
+    fill = ptr[:-1].copy()
+    for q in range(len(keys)):
+        grouped[fill[keys[q]]] = items[q]
+        fill[keys[q]] += 1
+    return ptr, grouped
 
 
 class Intervals:

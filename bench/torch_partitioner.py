@@ -222,15 +222,12 @@ def training_allocator_times(
     has them: the mmap threshold rises with the largest chunk freed (to 32 MiB at most), so a
     long-running step keeps its tensors in the heap, where the lowered threshold of the peak
     measurement maps and faults in every tensor afresh (+45% on the decoder's eager step)."""
-    import ctypes
-
     import torch
 
+    from remat_cli.runtime.session import set_malloc_thresholds
     from remat_cli.torch.measure import train_step
 
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, TRAINING_MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
-    libc.mallopt(-1, 2 * TRAINING_MMAP_THRESHOLD)  # M_TRIM_THRESHOLD
+    set_malloc_thresholds(TRAINING_MMAP_THRESHOLD, 2 * TRAINING_MMAP_THRESHOLD)
     times: dict[int, list[float]] = {i: [] for i in range(len(rows))}
     cpu: dict[int, list[float]] = {i: [] for i in range(len(rows))}
     for rep in range(args.warmup + args.steps):

@@ -84,10 +84,15 @@ def hwm() -> int:
 
 def lower_mmap_threshold() -> None:
     """Also set through mallopt, for a process started without the environment variables."""
+    set_malloc_thresholds(MMAP_THRESHOLD, 0)
+
+
+def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> None:
+    """glibc's mmap and trim thresholds for this process (mallopt); a no-op without glibc."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        libc.mallopt(_M_TRIM_THRESHOLD, 0)
+        libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+        libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     except OSError:
         pass
 

@@ -298,11 +298,9 @@ def test_a_plan_with_an_omitted_optional_output_runs(tmp_path: Path) -> None:
     assert np.array_equal(PlanExecutor(out).run(x)["out"], deployed_session(out).run(None, x)[0])
 
 
-@pytest.mark.slow
-def test_the_plan_executors_peak_is_the_live_tensors_not_a_wide_arena(tmp_path: Path) -> None:
-    """A placement may leave the arena above the live peak: the executor hands dead pages back
-    where the touched ones would pass it, so the measured peak is the prediction, not the arena
-    (here every tensor has bytes of its own: an arena over twice the prediction)."""
+def spread_chain(tmp_path: Path) -> tuple[Path, Path, Graph, int]:
+    """A chain of eight 2 MiB tensors, applied with every tensor at bytes of its own (an arena
+    over twice the prediction): (model, applied model, graph, predicted peak)."""
     nodes = [
         oh.make_node("Sin" if k % 2 else "Cos", [f"t{k}"], [f"t{k + 1}"], name=f"op{k}") for k in range(8)
     ]
@@ -319,6 +317,39 @@ def test_the_plan_executors_peak_is_the_live_tensors_not_a_wide_arena(tmp_path: 
     sched = apply_planned_order(path, graph, tmp_path / "p.json", out, spread=True)
     predicted = simulate(graph, sched.steps).peak_memory
     assert read_metadata(out)[PLAN_KEY]["arena"] >= 2 * predicted
+    return path, out, graph, predicted
+
+
+def huge_page_bytes(arr: np.ndarray) -> int:
+    """Bytes of transparent huge pages in this process's mappings that overlap `arr`."""
+    start, end = arr.ctypes.data, arr.ctypes.data + arr.nbytes
+    inside, total = False, 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo < end and start < hi
+        elif inside and head == "AnonHugePages:":
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_the_plan_executors_arena_is_backed_by_base_pages(tmp_path: Path) -> None:
+    """NumPy asks for huge pages on a large array; a hand-back followed by a write would then
+    fault in 2 MiB where the plan counts the tensor's pages, so the arena refuses them."""
+    path, out, graph, _ = spread_chain(tmp_path)
+    ex = PlanExecutor(out)
+    ex.run(make_inputs(onnx.load(str(path)), graph=graph))
+    assert ex.arena.nbytes >= 8 << 20
+    assert huge_page_bytes(ex.arena) == 0
+
+
+@pytest.mark.slow
+def test_the_plan_executors_peak_is_the_live_tensors_not_a_wide_arena(tmp_path: Path) -> None:
+    """A placement may leave the arena above the live peak: the executor hands dead pages back
+    where the touched ones would pass it, so the measured peak is the prediction, not the arena
+    (here every tensor has bytes of its own: an arena over twice the prediction)."""
+    path, out, graph, predicted = spread_chain(tmp_path)
     np.savez(tmp_path / "in.npz", **make_inputs(onnx.load(str(path)), graph=graph))
     got = measure([(out, tmp_path / "p.npz")], tmp_path / "in.npz", repeat=1, warmup=1, settings=["plan"])
     assert got[0].peak_above_baseline + graph.resident_bytes <= 1.03 * predicted

@@ -51,6 +51,7 @@ from remat_cli.runtime.ort import RunFailed, open_session, session_options
 
 PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = 4
+_MADV_NOHUGEPAGE = 15
 
 
 @dataclass
@@ -86,6 +87,7 @@ class PlanExecutor:
         self._raw = np.empty(self.arena_bytes + 64, dtype=np.uint8)
         base = (-self._raw.ctypes.data) % 64
         self.arena = self._raw[base : base + self.arena_bytes]
+        base_pages(self.arena)
         self._views: dict[str, np.ndarray] = {}
         self._dtypes: dict[str, np.dtype] = {}
         for b in self.buffers:
@@ -266,6 +268,17 @@ class PlanExecutor:
                     self._carried.update({k: got[k] for k in s.unplanned})
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+
+def base_pages(arr: np.ndarray) -> None:
+    """Back `arr`'s whole pages by base pages only. NumPy asks for transparent huge pages on
+    large arrays, and a write to an unbacked 2 MiB range would then fault in the whole huge page:
+    after a hand-back the resident set would grow by more than the tensor written, and the
+    page-exact accounting of :func:`page_discards` would not hold."""
+    lo = -(-arr.ctypes.data // PAGE) * PAGE
+    hi = (arr.ctypes.data + arr.nbytes) // PAGE * PAGE
+    if hi > lo:
+        _libc().madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_NOHUGEPAGE)
 
 
 def page_discards(

@@ -5,6 +5,7 @@ import pytest
 
 from remat_cli import NoSchedule, solve
 from remat_cli.graph import Graph
+from remat_cli.solvers.ratio import Candidate, sequence
 
 
 def chain_through_a_fixed_node() -> Graph:
@@ -41,3 +42,13 @@ def test_ratio_does_not_remake_through_a_node_that_must_not_run_twice():
     schedule = solve(g, 1 + 201, solver="ratio", time_limit=5)
     computed = [s.node for s in schedule.steps if s.op == "compute"]
     assert computed.count("n") == 1
+
+
+def test_a_value_remade_from_a_node_that_must_not_run_twice_keeps_that_nodes_output():
+    # v dropped across the peak: p runs again before s and reads u, past u's last use in the
+    # baseline order; n may not run again (a random draw's saved generator state), so u stays
+    # live until p's second run instead of n running twice
+    g = chain_through_a_fixed_node()
+    order = ["n", "p", "q", "r", "s"]
+    seq = sequence(g, order, {"v": Candidate("v", "p", 1, 4, 0.0)})
+    assert seq == ["n", "p", "q", "r", "p", "s"]

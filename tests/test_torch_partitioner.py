@@ -290,3 +290,26 @@ def test_a_dropout_recomputed_in_the_backward_replays_eagers_mask():
         torch.testing.assert_close(g, w)
     (bw,) = part.backward
     assert [n.target for n in bw.graph.nodes].count(run_with_rng_state) == 1
+
+
+def test_the_joint_graph_carries_module_scopes_and_stack_solves_it():
+    # forward and backward nodes know their block (blocks.0.ln1, ...), so the stack solver,
+    # which lays one block's keep patterns over the stack, applies to a compiled decoder
+    c = case("decoder")
+    be = backend(budget="80%", solver="stack", inner="aot_eager")
+    compiled = torch.compile(c.model, backend=be)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RematFallback)
+        loss, got = grads(c.model, compiled, c.inputs)
+    eager_loss, want = grads(c.model, c.model, c.inputs)
+    solved = be.partitioner.last
+    scopes = {
+        n.scope.split(".")[1] for n in solved.joint.graph.nodes if (n.scope or "").startswith("blocks.")
+    }
+    assert scopes == {str(k) for k in range(len(c.model.blocks))}
+    assert {n.phase for n in solved.joint.graph.nodes if n.scope} == {"forward", "backward"}
+    assert solved.schedule.summary.recomputations > 0
+    assert solved.predicted_peak <= solved.budget
+    torch.testing.assert_close(loss, eager_loss)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)

@@ -38,6 +38,7 @@ impure ones.
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -110,6 +111,21 @@ def rng_device(node: fx.Node) -> str | None:
     kwargs = fx.node.map_arg(node.kwargs, meta)
     device = torch._prims.rng_prims.get_device(args, kwargs)
     return device if device in ("cpu", "cuda") else None
+
+
+def module_scope(node: fx.Node) -> str | None:
+    """The path of the innermost module that ran `node` (``blocks.7.attn``), as ``named_modules``
+    names it: dynamo records it on a forward node (``nn_module_stack``) and aot_autograd copies
+    the forward node's onto the backward nodes that differentiate it
+    (``fwd_nn_module_stack``). None outside every submodule."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path, _ = list(stack.values())[-1]
+    path = re.sub(r"\._modules\['([^']*)'\]", r".\1", str(path))  # older dynamo spellings
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"^L\['self'\]\.?|^L__self__[._]?", "", path)
+    return path or None
 
 
 def _check_supported(gm: fx.GraphModule) -> None:
@@ -285,6 +301,7 @@ class _Builder:
                 outputs=outputs,
                 cost=(MIN_COST if written == 0 else _cost(node, read, written)) / FLOPS_PER_SECOND,
                 phase="backward" if node.meta.get("partitioner_tag") == "is_backward" else "forward",
+                scope=module_scope(node),
                 recomputable=(not random or device is not None)
                 and not node.is_impure(impure_random=False)
                 and not any(i in self.mutated for i in reads),

@@ -170,7 +170,9 @@ def last_uses(graph: Graph, order: list[str]) -> dict[str, int]:
 def sequence(graph: Graph, order: list[str], dropped: dict[str, Candidate]) -> list[str]:
     """The baseline order with each dropped value's producer run again before its first use after
     its gap; an input of a producer run again that is no longer live (dropped, or past its last
-    use in the baseline order) is made again first, recursively."""
+    use in the baseline order) is made again first, recursively, unless its own producer may not
+    run twice (a random draw's saved generator state): that value stays live until the run
+    again reads it."""
     nodes = graph.node_map
     producer = graph.producer
     last = last_uses(graph, order)
@@ -178,7 +180,7 @@ def sequence(graph: Graph, order: list[str], dropped: dict[str, Candidate]) -> l
     seq: list[str] = []
 
     def gone(u: str, k: int) -> bool:
-        if u not in producer or made.get(u, -1) >= 0:
+        if u not in producer or made.get(u, -1) >= 0 or not nodes[producer[u]].recomputable:
             return False
         c = dropped.get(u)
         return k > c.before if c is not None else k > last.get(u, -1)

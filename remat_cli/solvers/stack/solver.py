@@ -186,6 +186,8 @@ def program(ms: list[Measured], budget: int, L: int) -> list[int] | None:
     """The pattern (index in `ms`) of each block, cheapest in all, with P_l + W_l(p_l) <= budget
     for every block l (P_l: the bytes kept by the blocks below) and P_L + H(p_top) <= budget;
     None when no choice fits. Bytes on a grid of budget/GRID, rounded up."""
+    if budget <= 0:  # a search that lowered its budget by more than the whole of it
+        return None
     unit = max(1, budget // GRID)
     top = budget // unit
     kq = [-(-m.kept // unit) for m in ms]

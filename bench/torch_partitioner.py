@@ -7,7 +7,7 @@ remat_cli/torch/models.py) one child process measures every method:
   (remat_cli.torch's partitioner at budget X), the last two through the same aot_autograd
   backend (no decompositions, no-op boxed compilers, only partition_fn differs) and, with
   --inductor, through inductor (PyTorch's default partitioner vs remat's CustomPartitionerFn).
-remat@blocks and remat@torch-dp@B are remat with 99% of that row's measured peak (bytes) as
+remat@blocks and remat@torch-dp@B are remat with 98% of that row's measured peak (bytes) as
 its budget: the remat point meant to dominate it.
 Peak: the process's high-water mark above the pre-step baseline with glibc's mmap threshold
 lowered and the heap's free chunks taken (remat_cli.torch.measure.step_peak); time: the median
@@ -42,8 +42,9 @@ from common import RESULTS, write_results  # noqa: E402
 
 TORCH_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.2, 0.05)
 REMAT_BUDGETS = ("85%", "55%", "40%", "25%")
-#: a remat row aimed at another row's measured peak asks for this share of it
-AIM = 0.99
+#: a remat row aimed at another row's measured peak asks for this share of it (measured peaks run up to
+#: 1.5% over the prediction: page-rounded heap chunks)
+AIM = 0.98
 
 
 def methods(model: Any, args: argparse.Namespace) -> list[tuple[str, str, Any, Any]]:

@@ -313,3 +313,13 @@ def test_the_joint_graph_carries_module_scopes_and_stack_solves_it():
     torch.testing.assert_close(loss, eager_loss)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
+
+
+def test_made_up_masks_are_in_two_runs_like_a_steps_masks():
+    # a random mask would time a branching kernel (masked_fill) at its mispredictions
+    from remat_cli.torch.probe import made_up
+
+    m = made_up(torch.empty_strided((4, 4, 128, 128), (65536, 1, 512, 4), dtype=torch.bool))
+    assert m.stride() == (65536, 1, 512, 4)
+    flat = m.flatten()
+    assert int((flat[1:] != flat[:-1]).sum()) == 1 and bool(flat[-1]) and not bool(flat[0])

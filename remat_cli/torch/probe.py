@@ -97,14 +97,17 @@ def _signature(node: fx.Node) -> tuple[object, ...] | None:
     return tuple(repr(p) for p in parts)
 
 
-def _real(v: torch.Tensor) -> torch.Tensor:
+def made_up(v: torch.Tensor) -> torch.Tensor:
     """A CPU tensor of `v`'s shape, strides and dtype with harmless values (integers are 0,
-    valid as indices and class targets)."""
+    valid as indices and class targets). A mask is False in its first half and True in the
+    second, as the masks an operator meets in a step are (causal, padding): a random one
+    would make a branching kernel mispredict at every element (``masked_fill`` on a causal
+    mask's shape: 1.04 ms for 0.27 ms on 256 Ki elements)."""
     t = torch.empty_strided(tuple(v.shape), v.stride(), dtype=v.dtype, device="cpu")
     if t.is_floating_point():
         t.normal_()
     elif t.dtype == torch.bool:
-        t.bernoulli_(0.5)
+        t.copy_((torch.arange(t.numel()) >= t.numel() // 2).reshape(t.shape))
     else:
         t.zero_()
     return t
@@ -112,7 +115,7 @@ def _real(v: torch.Tensor) -> torch.Tensor:
 
 def _call(node: fx.Node) -> Callable[[], object]:
     def real(a: fx.Node) -> torch.Tensor:
-        return _real(a.meta["val"])
+        return made_up(a.meta["val"])
 
     args = fx.node.map_arg(node.args, real)
     kwargs = fx.node.map_arg(node.kwargs, real)

@@ -323,3 +323,65 @@ def test_made_up_masks_are_in_two_runs_like_a_steps_masks():
     assert m.stride() == (65536, 1, 512, 4)
     flat = m.flatten()
     assert int((flat[1:] != flat[:-1]).sum()) == 1 and bool(flat[-1]) and not bool(flat[0])
+
+
+class ProductReplay:
+    """A partitioner whose schedule is the joint graph's order with each dropout's output, a
+    product of its mask (remat_cli.torch.dropout), made again just before its first reader in
+    the backward; it keeps the forward and backward graphs."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        from remat_cli.schedule import steps_from_sequence
+        from remat_cli.torch.apply import split
+        from remat_cli.torch.convert import joint_graph
+        from remat_cli.torch.dropout import PRODUCT_OF, dropout_products
+
+        dropout_products(gm)
+        joint = joint_graph(gm, num_fwd_outputs=kwargs["num_fwd_outputs"])
+        g = joint.graph
+        seq = list(g.order)
+        for product in [n.name for n in gm.graph.nodes if PRODUCT_OF in n.meta]:
+            boundary = seq.index(BOUNDARY)
+            reader = next(i for i, n in enumerate(seq) if i > boundary and product in g.node_map[n].inputs)
+            seq.insert(reader, product)
+        fw, bw = split(gm, joint, steps_from_sequence(g, seq))
+        self.graphs.append((fw, bw))
+        return fw, bw
+
+
+def test_a_dropout_output_made_again_is_a_product_of_its_kept_mask():
+    # the output of an attention-like dropout, read by the next layer's weight gradient, made
+    # again in the backward: a multiply of the saved mask, no second draw; its first run is
+    # the draw's own output (no product in the forward); loss and gradients are eager's
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._prims.rng_prims import run_with_rng_state
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(torch.nn.functional.dropout(self.a(x).softmax(-1), 0.5)).sum()
+
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(64, 32)
+    part = ProductReplay()
+    compiled = torch.compile(
+        model, backend=aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=part)
+    )
+    loss, got = grads(model, compiled, (x,))
+    eager_loss, want = grads(model, model, (x,))
+    torch.testing.assert_close(loss, eager_loss)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    ((fw, bw),) = part.graphs
+    product = torch.ops.aten.native_dropout_backward.default
+    assert [n.target for n in fw.graph.nodes].count(product) == 0
+    again = [n for n in bw.graph.nodes if n.target is product and n.meta.get(COPY_KEY) == 1]
+    assert len(again) == 1 and again[0].args[1].op == "placeholder"  # the mask, saved
+    assert run_with_rng_state not in [n.target for n in bw.graph.nodes]

@@ -39,6 +39,7 @@ from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 
 from remat_cli.schedule import Step
 from remat_cli.torch.convert import BOUNDARY, RNG_SAVE, JointGraph, rng_device
+from remat_cli.torch.dropout import PRODUCT_OF
 
 #: meta key of a node copied from the joint graph: how many times that node ran before it
 COPY_KEY = "remat_copy"
@@ -61,6 +62,11 @@ class _Rewriter:
         self.at_boundary: dict[str, fx.Node] | None = None
         #: views made so far: (FX name, before the boundary, the copies read) -> the view's copy
         self.views: dict[tuple[object, ...], fx.Node] = {}
+        #: the last node computed (None at the start and at the boundary), and each
+        #: multi-output node's latest copy: a dropout's product right after its draw's first
+        #: run is the draw's own output (:mod:`remat_cli.torch.dropout`)
+        self.prev: str | None = None
+        self.tuples: dict[str, fx.Node] = {}
         #: the forward outputs that are views, made just before the boundary
         self.fwd_views: dict[str, fx.Node] = {}
         for node in gm.graph.nodes:
@@ -95,13 +101,22 @@ class _Rewriter:
                 if self.joint.value_of[o.name] in self.joint.views:
                     self.fwd_views[o.name] = self.read(o)
             self.at_boundary = dict(self.env)
+            self.prev = None
             return
         node = self.orig[name]
-        copy = self.copy(node) if name in self.replayed else self.graph.node_copy(node, self.read)
+        draw = node.meta.get(PRODUCT_OF)
+        if draw is not None and name not in self.runs and self.prev == draw and self.runs[draw] == 1:
+            copy = self.graph.call_function(operator.getitem, (self.tuples[draw], 0))
+        elif name in self.replayed:
+            copy = self.copy(node)
+        else:
+            copy = self.graph.node_copy(node, self.read)
         copy.meta = {**node.meta, COPY_KEY: self.runs.get(name, 0), SOURCE_KEY: name}
         self.runs[name] = self.runs.get(name, 0) + 1
+        self.prev = name
         made = [copy]
         if isinstance(node.meta.get("val"), (tuple, list)):
+            self.tuples[name] = copy
             seen: set[object] = set()
             for user in node.users:
                 index = user.args[1]

@@ -47,6 +47,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import flop_registry
 
 from remat_cli.graph import Graph, Node, Value
+from remat_cli.torch.dropout import PRODUCT_OF
 from remat_cli.torch.probe import probe
 
 #: cost units per byte an operator reads or writes (a CPU core's FLOP rate over its bandwidth)
@@ -260,7 +261,10 @@ class _Builder:
         else:
             outs = [(node.name, val)]
             self.value_of[node.name] = node.name
-        if self.inline_view(node, outs):
+        if PRODUCT_OF in node.meta:  # the views made from the dropout's output read the product
+            for _, t in outs:
+                self.storage_owner.pop(StorageWeakRef(t.untyped_storage()), None)
+        elif self.inline_view(node, outs):
             return []
         if not isinstance(val, (tuple, list)):
             self.fx_of[node.name] = node.name

@@ -35,6 +35,7 @@ from remat_cli.budget import parse_budget
 from remat_cli.schedule import Schedule, steps_from_sequence
 from remat_cli.torch.apply import split
 from remat_cli.torch.convert import JointGraph, Unsupported, joint_graph
+from remat_cli.torch.dropout import dropout_products
 
 
 class RematFallback(UserWarning):
@@ -133,10 +134,12 @@ class RematPartitioner(CustomPartitionerFn):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         static = kwargs.get("static_lifetime_input_indices")
         self.last = None
+        undo = dropout_products(gm)
         try:
             solved = self.solve(gm, num_fwd_outputs, static)
             fw, bw = split(gm, solved.joint, solved.schedule.steps)
         except (Unsupported, NoSchedule, ValueError) as e:
+            undo()
             warnings.warn(
                 RematFallback(f"remat: {e}; PyTorch's min-cut partitioner runs instead"), stacklevel=2
             )

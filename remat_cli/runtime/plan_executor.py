@@ -64,7 +64,8 @@ class Segment:
     carried: list[str]  #: unplanned tensors of earlier segments it reads, bound each run
     produced: list[str]  #: its outputs in binding order
     discard: list[tuple[int, int]] = field(default_factory=list)  #: (address, bytes) handed back first
-    unplanned: list[str] = field(default_factory=list)  #: outputs onnxruntime allocates
+    #: outputs onnxruntime allocates: (name, position among the bound outputs)
+    unplanned: list[tuple[str, int]] = field(default_factory=list)
 
 
 class PlanExecutor:
@@ -105,6 +106,8 @@ class PlanExecutor:
         except Exception as e:  # onnxruntime's own exception types
             raise RunFailed(f"onnxruntime cannot load {Path(path).name} with its plan: {e}") from None
         self._carried: dict[str, Any] = {}
+        #: graph input -> (array, address, shape, dtype) bound in the run before
+        self._fed: dict[str, tuple] = {}
 
     def _place(self, name: str, offset: int, shape: Sequence[int], dtype: str) -> None:
         dt = np.dtype(dtype)
@@ -229,13 +232,13 @@ class PlanExecutor:
             else:
                 carried.append(t)
         unplanned = []
-        for t in outs:
+        for i, t in enumerate(outs):
             if t in self._views:
                 v = self._views[t]
                 binding.bind_output(t, "cpu", 0, v.dtype, list(v.shape), v.ctypes.data)
             else:
                 binding.bind_output(t, "cpu")
-                unplanned.append(t)
+                unplanned.append((t, i))
         return Segment(sess, binding, feeds, carried, list(outs), cut, unplanned)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -255,19 +258,33 @@ class PlanExecutor:
         libc = _libc()
         self._carried = {}
         try:
+            rebind = self._changed_feeds(feeds)
             for s in self.segments:
                 for k in s.feeds:
-                    s.binding.bind_cpu_input(k, feeds[k])
+                    if k in rebind:
+                        s.binding.bind_cpu_input(k, feeds[k])
                 for k in s.carried:
                     s.binding.bind_ortvalue_input(k, self._carried[k])
                 for addr, n in s.discard:
                     libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(n), _MADV_DONTNEED)
                 s.session.run_with_iobinding(s.binding)
                 if s.unplanned:
-                    got = dict(zip(s.produced, s.binding.get_outputs(), strict=True))
-                    self._carried.update({k: got[k] for k in s.unplanned})
+                    got = s.binding.get_outputs_as_ortvaluevector()
+                    self._carried.update({k: _wrap(got[i]) for k, i in s.unplanned})
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+    def _changed_feeds(self, feeds: Mapping[str, np.ndarray]) -> set[str]:
+        """The graph inputs to bind again: all but those given as the same C-contiguous array,
+        at the same address and shape, as in the run before (the bindings still read them)."""
+        changed = set()
+        for k, v in feeds.items():
+            last = self._fed.get(k)
+            same = last is not None and last[0] is v and last[1:] == (v.ctypes.data, v.shape, v.dtype)
+            if not (same and v.flags.c_contiguous):
+                changed.add(k)
+                self._fed[k] = (v, v.ctypes.data, v.shape, v.dtype)
+        return changed
 
 
 def base_pages(arr: np.ndarray) -> None:
@@ -391,6 +408,13 @@ def _runs(pages: np.ndarray, page0: int) -> list[tuple[int, int]]:
 
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
+
+
+def _wrap(value):
+    """onnxruntime's Python OrtValue around one of a binding's outputs (no copy)."""
+    import onnxruntime as ort
+
+    return ort.OrtValue(value)
 
 
 def _ortvalue(arr: np.ndarray):

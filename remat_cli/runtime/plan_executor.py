@@ -96,7 +96,7 @@ class PlanExecutor:
         for v in views:
             self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
             self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
-        cuts = self._slots(model, plan["buffers"])
+        cuts: dict[int, list[tuple[int, int]]] = {}
         self._trim(model.graph.node, plan["buffers"], cuts)
         self.providers = list(providers or ["CPUExecutionProvider"])
         try:
@@ -117,61 +117,44 @@ class PlanExecutor:
         self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
         self._dtypes[name] = dt
 
-    def _slots(self, model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> dict[int, list]:
-        """node index -> [(address, bytes), ...]: the whole pages of workspace slots handed back
-        before that node. A slot is free from the step after the last reader of a tensor that
-        shared its bytes up to its node; the fewest cuts that hand each slot back inside that
-        span are the right ends, taken greedily (interval stabbing)."""
-        nodes = model.graph.node
-        where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-        base = self.arena.ctypes.data
-        spans = []
-        for b in buffers:
-            k = where.get(b.get("output", "")) if "workspace_of" in b else None
-            lo = -(-(base + b.get("offset", 0)) // PAGE) * PAGE
-            hi = (base + b.get("offset", 0) + b.get("size", 0)) // PAGE * PAGE
-            if k is not None and hi > lo:
-                spans.append((k, lo, hi))
-        occupants = self._occupants(nodes, where)
-        cuts: dict[int, list[tuple[int, int]]] = {}
-        last = -1
-        for k, lo, hi in sorted(spans):
-            free_from = max(
-                (d + 1 for a, z, d in occupants.values() if a < hi and z > lo and d < k), default=0
-            )
-            if last < free_from:
-                last = k
-            cuts.setdefault(last, []).append((lo, hi - lo))
-        return cuts
-
     def _trim(
         self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping], cuts: dict[int, list]
     ) -> None:
-        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched
-        would lift the resident set above the plan's live peak (:func:`page_discards`).
+        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched,
+        with the scratch of the kernel running then, would lift the resident set above the
+        plan's live peak (:func:`page_discards`).
 
         A placement can leave the arena above the schedule's live peak (dynamic storage
         allocation is rarely packed to its bound), and every page a run touches stays resident,
-        so without this a run's peak would be the arena's, not the schedule's. Workspace slots
-        count as written at their node: their scratch takes their place."""
+        so without this a run's peak would be the arena's, not the schedule's. A workspace
+        slot counts in the live peak at its node, and its scratch, which onnxruntime allocates
+        outside the arena, as that many pages more at its node."""
         where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
         start = self.arena.ctypes.data
         page0 = -(-start // PAGE) * PAGE  # whole pages inside the arena only
         n_pages = max(0, (start + self.arena_bytes) // PAGE * PAGE - page0) // PAGE
         last = len(nodes) - 1
         spans = [(where.get(t, 0), d, a, z) for t, (a, z, d) in self._occupants(nodes, where).items()]
-        spans += [
+        slots = [
             (where[b["output"]], where[b["output"]], start + b["offset"], start + b["offset"] + b["size"])
             for b in buffers
-            if "workspace_of" in b and b.get("output") in where
+            if "workspace_of" in b and b.get("output") in where and b.get("size", 0) > 0
         ]
-        pages = [  # (writer, last reader, first page, end page), clipped to the arena's pages
-            (min(w, last), max(min(w, last), min(d, last + 1)), max(0, (a - page0) // PAGE),
-             min(n_pages, -(-(z - page0) // PAGE)))
-            for w, d, a, z in spans
-        ]  # fmt: skip
-        starts = sorted({0, *cuts})
-        for k, pick in page_discards([x for x in pages if x[3] > x[2]], n_pages, len(nodes), starts).items():
+        scratch: dict[int, int] = {}
+        for k, _, a, z in slots:
+            scratch[min(k, last)] = scratch.get(min(k, last), 0) + -(-(z - a) // PAGE)
+
+        def pages(spans: list) -> list[tuple[int, int, int, int]]:
+            """(writer, last reader, first page, end page), clipped to the arena's pages."""
+            clipped = [
+                (min(w, last), max(min(w, last), min(d, last + 1)), max(0, (a - page0) // PAGE),
+                 min(n_pages, -(-(z - page0) // PAGE)))
+                for w, d, a, z in spans
+            ]  # fmt: skip
+            return [x for x in clipped if x[3] > x[2]]
+
+        peak = live_page_peak(pages(spans + slots), n_pages, len(nodes))
+        for k, pick in page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak).items():
             cuts.setdefault(k, []).extend(_runs(pick, page0))
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
@@ -299,23 +282,33 @@ def base_pages(arr: np.ndarray) -> None:
 
 
 def page_discards(
-    spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int, starts: Sequence[int]
+    spans: Sequence[tuple[int, int, int, int]],
+    n_pages: int,
+    n_nodes: int,
+    starts: Sequence[int],
+    scratch: Mapping[int, int] | None = None,
+    peak: int | None = None,
 ) -> dict[int, np.ndarray]:
     """Segment start -> the arena pages to hand back before it, for tensors at `spans` (writer,
-    last reader, first page, end page) and segments starting at `starts`.
+    last reader, first page, end page), segments starting at `starts`, and kernels that take
+    `scratch` (node -> pages) outside the arena while they run; `peak`, by default the live
+    tensors' (:func:`live_page_peak`), is what the resident set is held to.
 
-    At a segment start, where the resident pages and those the segment writes would pass the
-    live peak by more than 0.25%, the dead resident pages the segment does not write are handed
-    back, those written again latest first, 1% of the peak beyond the need. A new segment (a
-    session run more) starts only where the resident set would still pass the peak by 1%.
-    Simulated for a first run and then the steady state, where a run starts with what the run
-    before left resident."""
+    At a segment start, where the resident pages and those the segment writes, with the most
+    scratch it takes, would pass the peak by more than 0.25%, the dead resident pages the
+    segment does not write are handed back, those written again latest first, 1% of the peak
+    beyond the need. A new segment (a session run more) starts only where the resident set with
+    its node's scratch would still pass the peak by 1%. So a kernel's scratch is paid for by
+    dead pages only where the resident set is near the peak, not at every kernel that takes
+    some: a page handed back costs a page fault when it is written again. Simulated for a first
+    run and then the steady state, where a run starts with what the run before left resident."""
     written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
     for w, _, lo, hi in spans:
         written[w].append((lo, hi))
-    peak = live_page_peak(spans, n_pages, n_nodes)
+    scratch = scratch or {}
+    peak = live_page_peak(spans, n_pages, n_nodes) if peak is None else peak
     limit, cut_limit, headroom = peak + max(1, peak // 400), peak + max(1, peak // 100), peak // 100
-    if n_pages <= limit:
+    if n_pages + max(scratch.values(), default=0) <= limit:
         return {}
     next_write = _next_writes(written, n_pages)
     first = set(starts)
@@ -341,12 +334,13 @@ def page_discards(
                 wrote = np.zeros(n_pages, dtype=bool)
                 for lo, hi in (x for j in range(k, end) for x in written[j]):
                     wrote[lo:hi] = True
-                if (over := int(np.count_nonzero(resident | wrote)) - limit) > 0:
+                most = max((scratch.get(j, 0) for j in range(k, end)), default=0)
+                if (over := int(np.count_nonzero(resident | wrote)) + most - limit) > 0:
                     hand_back(k, wrote, over)
             now = resident.copy()
             for lo, hi in written[k]:
                 now[lo:hi] = True
-            if (over := int(np.count_nonzero(now)) - cut_limit) > 0:
+            if (over := int(np.count_nonzero(now)) + scratch.get(k, 0) - cut_limit) > 0:
                 first.add(k)
                 mine = np.zeros(n_pages, dtype=bool)
                 for lo, hi in written[k]:

@@ -18,19 +18,20 @@ allocation is rarely packed to its lower bound; 2.6% on a transformer's step), a
 touched stays resident, so the run would peak at the arena. Where the touched pages would pass
 the live peak, a cut hands back dead pages, those written again latest first
 (:func:`page_discards`): the resident set follows the live tensors at the cost of a few page
-faults, not the arena.
+faults, not the arena. The model is cut into consecutive segments, one onnxruntime session
+each, a segment starting at every node before which pages are handed back
+(``madvise(MADV_DONTNEED)``).
 
 Workspaces. A kernel with scratch (the importer's workspace rules,
 :mod:`remat_cli.importers.onnx.workspace`) takes it from onnxruntime's allocator, not from B. The
-plan gives that scratch a slot of its own at the node's step, free of every tensor live there;
-so the model is cut into consecutive segments, one session each, a segment starting at every
-node with a slot, and before such a segment runs the slot's whole pages are handed back to the
-system (``madvise(MADV_DONTNEED)``). A slot is handed back as early as its bytes are free, so
-that one cut serves the slots of several nodes (the fewest cuts: interval stabbing). The kernel's scratch then takes the place of the slot's
-pages, and the process's resident memory at that node is the arena less the slot plus the
-scratch: the plan's figure, which counts the slot. The pages come back zeroed when a later
-tensor is written there. Weights read by several segments are handed to each session as one
-shared initializer, so no segment holds a copy.
+plan gives that scratch a slot of its own at the node's step, free of every tensor live there,
+so the plan's peak counts it. The same page accounting holds it: the scratch counts as that
+many pages outside the arena while its kernel runs, and where the resident pages with it would
+pass the live peak, dead pages (the slot's among them) are handed back before the kernel. Where
+the resident set leaves room for it, nothing is handed back and no segment starts there: a
+page handed back costs a page fault and its zeroing each run when it is written again.
+Weights read by several segments are handed to each session as one shared initializer, so no
+segment holds a copy.
 """
 
 from __future__ import annotations

@@ -356,3 +356,18 @@ def test_the_plan_executors_peak_is_the_live_tensors_not_a_wide_arena(tmp_path: 
     with np.load(tmp_path / "p.npz") as p:
         want = deployed_session(out).run(None, make_inputs(onnx.load(str(path)), graph=graph))[0]
         assert np.array_equal(p["t8"], want)
+
+
+def test_the_plan_executor_reads_each_runs_feeds(tmp_path: Path) -> None:
+    """A run binds again only the inputs that are not the array of the run before: the same
+    array changed in place, another array, and a strided view (copied when bound) each give the
+    deployed model's outputs of that run's values."""
+    path, out, graph, _ = spread_chain(tmp_path)
+    pe = PlanExecutor(out)
+    x = make_inputs(onnx.load(str(path)), graph=graph)["t0"]
+    ref = deployed_session(out)
+    view = np.zeros((512, 2048), np.float32)[:, ::2]
+    for feed in (x, x, x, x.copy() + 1.0, view, view):
+        feed += 0.5  # the same array, changed since the run before
+        got = pe.run({"t0": feed})["t8"]
+        assert np.array_equal(got, ref.run(None, {"t0": np.ascontiguousarray(feed)})[0])

@@ -18,19 +18,20 @@ allocation is rarely packed to its lower bound; 2.6% on a transformer's step), a
 touched stays resident, so the run would peak at the arena. Where the touched pages would pass
 the live peak, a cut hands back dead pages, those written again latest first
 (:func:`page_discards`): the resident set follows the live tensors at the cost of a few page
-faults, not the arena.
+faults, not the arena. The model is cut into consecutive segments, one onnxruntime session
+each, a segment starting at every node before which pages are handed back
+(``madvise(MADV_DONTNEED)``).
 
 Workspaces. A kernel with scratch (the importer's workspace rules,
 :mod:`remat_cli.importers.onnx.workspace`) takes it from onnxruntime's allocator, not from B. The
-plan gives that scratch a slot of its own at the node's step, free of every tensor live there;
-so the model is cut into consecutive segments, one session each, a segment starting at every
-node with a slot, and before such a segment runs the slot's whole pages are handed back to the
-system (``madvise(MADV_DONTNEED)``). A slot is handed back as early as its bytes are free, so
-that one cut serves the slots of several nodes (the fewest cuts: interval stabbing). The kernel's scratch then takes the place of the slot's
-pages, and the process's resident memory at that node is the arena less the slot plus the
-scratch: the plan's figure, which counts the slot. The pages come back zeroed when a later
-tensor is written there. Weights read by several segments are handed to each session as one
-shared initializer, so no segment holds a copy.
+plan gives that scratch a slot of its own at the node's step, free of every tensor live there,
+so the plan's peak counts it. The same page accounting holds it: the scratch counts as that
+many pages outside the arena while its kernel runs, and where the resident pages with it would
+pass the live peak, dead pages (the slot's among them) are handed back before the kernel. Where
+the resident set leaves room for it, nothing is handed back and no segment starts there: a
+page handed back costs a page fault and its zeroing each run when it is written again.
+Weights read by several segments are handed to each session as one shared initializer, so no
+segment holds a copy.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class Segment:
     carried: list[str]  #: unplanned tensors of earlier segments it reads, bound each run
     produced: list[str]  #: its outputs in binding order
     discard: list[tuple[int, int]] = field(default_factory=list)  #: (address, bytes) handed back first
-    unplanned: list[str] = field(default_factory=list)  #: outputs onnxruntime allocates
+    #: outputs onnxruntime allocates: (name, position among the bound outputs)
+    unplanned: list[tuple[str, int]] = field(default_factory=list)
 
 
 class PlanExecutor:
@@ -95,7 +97,7 @@ class PlanExecutor:
         for v in views:
             self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
             self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
-        cuts = self._slots(model, plan["buffers"])
+        cuts: dict[int, list[tuple[int, int]]] = {}
         self._trim(model.graph.node, plan["buffers"], cuts)
         self.providers = list(providers or ["CPUExecutionProvider"])
         try:
@@ -105,6 +107,8 @@ class PlanExecutor:
         except Exception as e:  # onnxruntime's own exception types
             raise RunFailed(f"onnxruntime cannot load {Path(path).name} with its plan: {e}") from None
         self._carried: dict[str, Any] = {}
+        #: graph input -> (array, address, shape, dtype) bound in the run before
+        self._fed: dict[str, tuple] = {}
 
     def _place(self, name: str, offset: int, shape: Sequence[int], dtype: str) -> None:
         dt = np.dtype(dtype)
@@ -114,61 +118,44 @@ class PlanExecutor:
         self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
         self._dtypes[name] = dt
 
-    def _slots(self, model: onnx.ModelProto, buffers: Sequence[Mapping[str, Any]]) -> dict[int, list]:
-        """node index -> [(address, bytes), ...]: the whole pages of workspace slots handed back
-        before that node. A slot is free from the step after the last reader of a tensor that
-        shared its bytes up to its node; the fewest cuts that hand each slot back inside that
-        span are the right ends, taken greedily (interval stabbing)."""
-        nodes = model.graph.node
-        where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-        base = self.arena.ctypes.data
-        spans = []
-        for b in buffers:
-            k = where.get(b.get("output", "")) if "workspace_of" in b else None
-            lo = -(-(base + b.get("offset", 0)) // PAGE) * PAGE
-            hi = (base + b.get("offset", 0) + b.get("size", 0)) // PAGE * PAGE
-            if k is not None and hi > lo:
-                spans.append((k, lo, hi))
-        occupants = self._occupants(nodes, where)
-        cuts: dict[int, list[tuple[int, int]]] = {}
-        last = -1
-        for k, lo, hi in sorted(spans):
-            free_from = max(
-                (d + 1 for a, z, d in occupants.values() if a < hi and z > lo and d < k), default=0
-            )
-            if last < free_from:
-                last = k
-            cuts.setdefault(last, []).append((lo, hi - lo))
-        return cuts
-
     def _trim(
         self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping], cuts: dict[int, list]
     ) -> None:
-        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched
-        would lift the resident set above the plan's live peak (:func:`page_discards`).
+        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched,
+        with the scratch of the kernel running then, would lift the resident set above the
+        plan's live peak (:func:`page_discards`).
 
         A placement can leave the arena above the schedule's live peak (dynamic storage
         allocation is rarely packed to its bound), and every page a run touches stays resident,
-        so without this a run's peak would be the arena's, not the schedule's. Workspace slots
-        count as written at their node: their scratch takes their place."""
+        so without this a run's peak would be the arena's, not the schedule's. A workspace
+        slot counts in the live peak at its node, and its scratch, which onnxruntime allocates
+        outside the arena, as that many pages more at its node."""
         where = {o: k for k, n in enumerate(nodes) for o in n.output if o}
         start = self.arena.ctypes.data
         page0 = -(-start // PAGE) * PAGE  # whole pages inside the arena only
         n_pages = max(0, (start + self.arena_bytes) // PAGE * PAGE - page0) // PAGE
         last = len(nodes) - 1
         spans = [(where.get(t, 0), d, a, z) for t, (a, z, d) in self._occupants(nodes, where).items()]
-        spans += [
+        slots = [
             (where[b["output"]], where[b["output"]], start + b["offset"], start + b["offset"] + b["size"])
             for b in buffers
-            if "workspace_of" in b and b.get("output") in where
+            if "workspace_of" in b and b.get("output") in where and b.get("size", 0) > 0
         ]
-        pages = [  # (writer, last reader, first page, end page), clipped to the arena's pages
-            (min(w, last), max(min(w, last), min(d, last + 1)), max(0, (a - page0) // PAGE),
-             min(n_pages, -(-(z - page0) // PAGE)))
-            for w, d, a, z in spans
-        ]  # fmt: skip
-        starts = sorted({0, *cuts})
-        for k, pick in page_discards([x for x in pages if x[3] > x[2]], n_pages, len(nodes), starts).items():
+        scratch: dict[int, int] = {}
+        for k, _, a, z in slots:
+            scratch[min(k, last)] = scratch.get(min(k, last), 0) + -(-(z - a) // PAGE)
+
+        def pages(spans: list) -> list[tuple[int, int, int, int]]:
+            """(writer, last reader, first page, end page), clipped to the arena's pages."""
+            clipped = [
+                (min(w, last), max(min(w, last), min(d, last + 1)), max(0, (a - page0) // PAGE),
+                 min(n_pages, -(-(z - page0) // PAGE)))
+                for w, d, a, z in spans
+            ]  # fmt: skip
+            return [x for x in clipped if x[3] > x[2]]
+
+        peak = live_page_peak(pages(spans + slots), n_pages, len(nodes))
+        for k, pick in page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak).items():
             cuts.setdefault(k, []).extend(_runs(pick, page0))
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
@@ -229,13 +216,13 @@ class PlanExecutor:
             else:
                 carried.append(t)
         unplanned = []
-        for t in outs:
+        for i, t in enumerate(outs):
             if t in self._views:
                 v = self._views[t]
                 binding.bind_output(t, "cpu", 0, v.dtype, list(v.shape), v.ctypes.data)
             else:
                 binding.bind_output(t, "cpu")
-                unplanned.append(t)
+                unplanned.append((t, i))
         return Segment(sess, binding, feeds, carried, list(outs), cut, unplanned)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -255,19 +242,33 @@ class PlanExecutor:
         libc = _libc()
         self._carried = {}
         try:
+            rebind = self._changed_feeds(feeds)
             for s in self.segments:
                 for k in s.feeds:
-                    s.binding.bind_cpu_input(k, feeds[k])
+                    if k in rebind:
+                        s.binding.bind_cpu_input(k, feeds[k])
                 for k in s.carried:
                     s.binding.bind_ortvalue_input(k, self._carried[k])
                 for addr, n in s.discard:
                     libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(n), _MADV_DONTNEED)
                 s.session.run_with_iobinding(s.binding)
                 if s.unplanned:
-                    got = dict(zip(s.produced, s.binding.get_outputs(), strict=True))
-                    self._carried.update({k: got[k] for k in s.unplanned})
+                    got = s.binding.get_outputs_as_ortvaluevector()
+                    self._carried.update({k: _wrap(got[i]) for k, i in s.unplanned})
         except Exception as e:  # onnxruntime's own errors
             raise RunFailed(f"onnxruntime failed while running inside the plan: {e}") from None
+
+    def _changed_feeds(self, feeds: Mapping[str, np.ndarray]) -> set[str]:
+        """The graph inputs to bind again: all but those given as the same C-contiguous array,
+        at the same address and shape, as in the run before (the bindings still read them)."""
+        changed = set()
+        for k, v in feeds.items():
+            last = self._fed.get(k)
+            same = last is not None and last[0] is v and last[1:] == (v.ctypes.data, v.shape, v.dtype)
+            if not (same and v.flags.c_contiguous):
+                changed.add(k)
+                self._fed[k] = (v, v.ctypes.data, v.shape, v.dtype)
+        return changed
 
 
 def base_pages(arr: np.ndarray) -> None:
@@ -282,23 +283,33 @@ def base_pages(arr: np.ndarray) -> None:
 
 
 def page_discards(
-    spans: Sequence[tuple[int, int, int, int]], n_pages: int, n_nodes: int, starts: Sequence[int]
+    spans: Sequence[tuple[int, int, int, int]],
+    n_pages: int,
+    n_nodes: int,
+    starts: Sequence[int],
+    scratch: Mapping[int, int] | None = None,
+    peak: int | None = None,
 ) -> dict[int, np.ndarray]:
     """Segment start -> the arena pages to hand back before it, for tensors at `spans` (writer,
-    last reader, first page, end page) and segments starting at `starts`.
+    last reader, first page, end page), segments starting at `starts`, and kernels that take
+    `scratch` (node -> pages) outside the arena while they run; `peak`, by default the live
+    tensors' (:func:`live_page_peak`), is what the resident set is held to.
 
-    At a segment start, where the resident pages and those the segment writes would pass the
-    live peak by more than 0.25%, the dead resident pages the segment does not write are handed
-    back, those written again latest first, 1% of the peak beyond the need. A new segment (a
-    session run more) starts only where the resident set would still pass the peak by 1%.
-    Simulated for a first run and then the steady state, where a run starts with what the run
-    before left resident."""
+    At a segment start, where the resident pages and those the segment writes, with the most
+    scratch it takes, would pass the peak by more than 0.25%, the dead resident pages the
+    segment does not write are handed back, those written again latest first, 1% of the peak
+    beyond the need. A new segment (a session run more) starts only where the resident set with
+    its node's scratch would still pass the peak by 1%. So a kernel's scratch is paid for by
+    dead pages only where the resident set is near the peak, not at every kernel that takes
+    some: a page handed back costs a page fault when it is written again. Simulated for a first
+    run and then the steady state, where a run starts with what the run before left resident."""
     written: list[list[tuple[int, int]]] = [[] for _ in range(n_nodes + 1)]
     for w, _, lo, hi in spans:
         written[w].append((lo, hi))
-    peak = live_page_peak(spans, n_pages, n_nodes)
+    scratch = scratch or {}
+    peak = live_page_peak(spans, n_pages, n_nodes) if peak is None else peak
     limit, cut_limit, headroom = peak + max(1, peak // 400), peak + max(1, peak // 100), peak // 100
-    if n_pages <= limit:
+    if n_pages + max(scratch.values(), default=0) <= limit:
         return {}
     next_write = _next_writes(written, n_pages)
     first = set(starts)
@@ -324,12 +335,13 @@ def page_discards(
                 wrote = np.zeros(n_pages, dtype=bool)
                 for lo, hi in (x for j in range(k, end) for x in written[j]):
                     wrote[lo:hi] = True
-                if (over := int(np.count_nonzero(resident | wrote)) - limit) > 0:
+                most = max((scratch.get(j, 0) for j in range(k, end)), default=0)
+                if (over := int(np.count_nonzero(resident | wrote)) + most - limit) > 0:
                     hand_back(k, wrote, over)
             now = resident.copy()
             for lo, hi in written[k]:
                 now[lo:hi] = True
-            if (over := int(np.count_nonzero(now)) - cut_limit) > 0:
+            if (over := int(np.count_nonzero(now)) + scratch.get(k, 0) - cut_limit) > 0:
                 first.add(k)
                 mine = np.zeros(n_pages, dtype=bool)
                 for lo, hi in written[k]:
@@ -391,6 +403,13 @@ def _runs(pages: np.ndarray, page0: int) -> list[tuple[int, int]]:
 
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
+
+
+def _wrap(value):
+    """onnxruntime's Python OrtValue around one of a binding's outputs (no copy)."""
+    import onnxruntime as ort
+
+    return ort.OrtValue(value)
 
 
 def _ortvalue(arr: np.ndarray):

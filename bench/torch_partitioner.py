@@ -140,6 +140,10 @@ def measure_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     torch._dynamo.config.cache_size_limit = 256
     torch._dynamo.config.accumulated_cache_size_limit = 4096
     torch._inductor.config.fallback_random = True  # eager's dropout masks, for grads_equal
+    # every row compiles afresh: a graph served from inductor's caches (keyed by the
+    # partitioner's uuid, which an editable install's version leaves unchanged) would run an
+    # earlier run's schedule without calling the partitioner
+    torch._inductor.config.force_disable_caches = True
     c = case(name, full=not args.small)
     model, inputs = c.model, c.inputs
     rows = methods(model, args)

@@ -117,20 +117,24 @@ def test_backward_recomputes_the_forward_nodes_the_schedule_recomputes():
     assert {n.meta[SOURCE_KEY] for n in copies} == again
 
 
+class Attention(torch.nn.Module):
+    """A softmax, a dropout of it and a linear layer: the dropout's output is read by the
+    layer's weight gradient in the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.dropout(self.a(x).softmax(-1), 0.5)).sum()
+
+
 def test_a_step_draws_from_the_generator_as_eager_does():
     import torch._inductor.config as inductor_config
 
     # the backward's extraction copies in every forward node whose inputs it holds (a dropout of
     # the saved softmax): one left there although dead (FX keeps random draws under
     # fallback_random) runs again, costing its time and advancing the generator
-    class Attention(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)
-
-        def forward(self, x):
-            return self.b(torch.nn.functional.dropout(self.a(x).softmax(-1), 0.5)).sum()
-
     model, x = Attention(), torch.randn(64, 32)
     be = backend(budget="100%", solver="greedy")
     compiled = torch.compile(model, backend=be)
@@ -359,14 +363,6 @@ def test_a_dropout_output_made_again_is_a_product_of_its_kept_mask():
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.backends.debugging import boxed_nop
     from torch._prims.rng_prims import run_with_rng_state
-
-    class Attention(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)
-
-        def forward(self, x):
-            return self.b(torch.nn.functional.dropout(self.a(x).softmax(-1), 0.5)).sum()
 
     torch.manual_seed(0)
     model, x = Attention(), torch.randn(64, 32)

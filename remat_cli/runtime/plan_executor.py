@@ -97,8 +97,7 @@ class PlanExecutor:
         for v in views:
             self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
             self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
-        cuts: dict[int, list[tuple[int, int]]] = {}
-        self._trim(model.graph.node, plan["buffers"], cuts)
+        cuts = self._trim(model.graph.node, plan["buffers"])
         self.providers = list(providers or ["CPUExecutionProvider"])
         try:
             self.segments = self._segments(model, cuts, threads)
@@ -118,12 +117,10 @@ class PlanExecutor:
         self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
         self._dtypes[name] = dt
 
-    def _trim(
-        self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping], cuts: dict[int, list]
-    ) -> None:
-        """Add to `cuts` the dead arena pages to hand back where the pages a run has touched,
-        with the scratch of the kernel running then, would lift the resident set above the
-        plan's live peak (:func:`page_discards`).
+    def _trim(self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping]) -> dict[int, list]:
+        """node index -> [(address, bytes), ...]: the dead arena pages to hand back before that
+        node, where the pages a run has touched, with the scratch of the kernel running then,
+        would lift the resident set above the plan's live peak (:func:`page_discards`).
 
         A placement can leave the arena above the schedule's live peak (dynamic storage
         allocation is rarely packed to its bound), and every page a run touches stays resident,
@@ -155,8 +152,8 @@ class PlanExecutor:
             return [x for x in clipped if x[3] > x[2]]
 
         peak = live_page_peak(pages(spans + slots), n_pages, len(nodes))
-        for k, pick in page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak).items():
-            cuts.setdefault(k, []).extend(_runs(pick, page0))
+        discards = page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak)
+        return {k: _runs(pick, page0) for k, pick in discards.items()}
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
         """tensor -> (start address, end address, index of the last node that reads it), for

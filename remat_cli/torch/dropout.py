@@ -36,6 +36,7 @@ def dropout_products(gm: fx.GraphModule) -> Callable[[], None]:
     compiler runs that operator): the output's readers read ``native_dropout_backward(x, mask,
     1 / (1 - p))`` instead (module docstring). Returns a function that puts the graph back."""
     made: list[tuple[fx.Node, fx.Node]] = []
+    position = {n: k for k, n in enumerate(gm.graph.nodes)}  # the original nodes keep their order
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not _DROPOUT:
             continue
@@ -47,8 +48,7 @@ def dropout_products(gm: fx.GraphModule) -> Callable[[], None]:
         out, mask = outs[0], outs[1]
         if not any(u.target is _PRODUCT for u in mask.users):
             continue  # a decomposed graph (inductor's): the product is the backend's to lower
-        later = max((outs[0], outs[1]), key=_position(gm))
-        with gm.graph.inserting_after(later):
+        with gm.graph.inserting_after(max(out, mask, key=position.__getitem__)):
             product = gm.graph.call_function(_PRODUCT, (x, mask, 1.0 / (1.0 - p)))
         product.meta = {**out.meta, PRODUCT_OF: node.name}
         out.replace_all_uses_with(product)
@@ -63,8 +63,3 @@ def dropout_products(gm: fx.GraphModule) -> Callable[[], None]:
     if made:
         gm.recompile()
     return undo
-
-
-def _position(gm: fx.GraphModule) -> Callable[[fx.Node], int]:
-    index = {n: k for k, n in enumerate(gm.graph.nodes)}
-    return index.__getitem__

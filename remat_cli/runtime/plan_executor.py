@@ -52,7 +52,6 @@ from remat_cli.runtime.ort import RunFailed, open_session, session_options
 
 PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = 4
-_MADV_NOHUGEPAGE = 15
 
 
 @dataclass
@@ -85,11 +84,8 @@ class PlanExecutor:
         self.buffers = [b for b in plan["buffers"] if "tensor" in b and b["size"] > 0]
         views = _bindable(plan.get("views", []), self.buffers)
         self.arena_bytes = int(plan["arena"])
-        # 64-byte aligned base, so that the plan's alignment is the tensors' real alignment
-        self._raw = np.empty(self.arena_bytes + 64, dtype=np.uint8)
-        base = (-self._raw.ctypes.data) % 64
-        self.arena = self._raw[base : base + self.arena_bytes]
-        base_pages(self.arena)
+        self._map = base_page_arena(self.arena_bytes)
+        self.arena = np.frombuffer(self._map, dtype=np.uint8, count=self.arena_bytes)
         self._views: dict[str, np.ndarray] = {}
         self._dtypes: dict[str, np.dtype] = {}
         for b in self.buffers:
@@ -268,15 +264,16 @@ class PlanExecutor:
         return changed
 
 
-def base_pages(arr: np.ndarray) -> None:
-    """Back `arr`'s whole pages by base pages only. NumPy asks for transparent huge pages on
-    large arrays, and a write to an unbacked 2 MiB range would then fault in the whole huge page:
-    after a hand-back the resident set would grow by more than the tensor written, and the
-    page-exact accounting of :func:`page_discards` would not hold."""
-    lo = -(-arr.ctypes.data // PAGE) * PAGE
-    hi = (arr.ctypes.data + arr.nbytes) // PAGE * PAGE
-    if hi > lo:
-        _libc().madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_NOHUGEPAGE)
+def base_page_arena(nbytes: int) -> mmap.mmap:
+    """A private anonymous mapping of `nbytes`, page-aligned (so the plan's alignment is the
+    tensors' real alignment) and backed by base pages only. Where transparent huge pages are
+    on, a write to an unbacked 2 MiB range would fault in the whole huge page: after a
+    hand-back the resident set would grow by more than the tensor written, and the page-exact
+    accounting of :func:`page_discards` would not hold. The advice is given before any page
+    is touched (an allocator's chunk header would already have faulted in a huge page)."""
+    arena = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    arena.madvise(mmap.MADV_NOHUGEPAGE)
+    return arena
 
 
 def page_discards(

@@ -18,13 +18,14 @@ from remat_cli.solver import SolverResult
 
 
 def apply_planned_order(
-    model: Path, graph: Graph, schedule: Path, out: Path, *, spread: bool = False
+    model: Path, graph: Graph, schedule: Path, out: Path, *, spread: bool = False, budget: int | None = None
 ) -> Schedule:
     """Write the schedule that runs `graph`'s nodes in their order with a memory plan (64-byte
     alignment) to `schedule`, and `remat apply`'s model of it to `out`; that schedule.
-    `spread`: every buffer at bytes of its own, none reused (a valid plan, the widest one)."""
+    `spread`: every buffer at bytes of its own, none reused (a valid plan, the widest one);
+    `budget`: the schedule's (none by default)."""
     steps = steps_from_sequence(graph, [n.id for n in graph.nodes])
-    sched = build_schedule(graph, None, "by-hand", SolverResult(steps=steps, status="feasible"), 0.0)
+    sched = build_schedule(graph, budget, "by-hand", SolverResult(steps=steps, status="feasible"), 0.0)
     bufs = buffers_of(graph, sched.steps)
     if spread:
         ends = np.cumsum([-(-b.size // 64) * 64 for b in bufs])

@@ -298,9 +298,9 @@ def test_a_plan_with_an_omitted_optional_output_runs(tmp_path: Path) -> None:
     assert np.array_equal(PlanExecutor(out).run(x)["out"], deployed_session(out).run(None, x)[0])
 
 
-def spread_chain(tmp_path: Path) -> tuple[Path, Path, Graph, int]:
+def spread_chain(tmp_path: Path, budget: int | None = None) -> tuple[Path, Path, Graph, int]:
     """A chain of eight 2 MiB tensors, applied with every tensor at bytes of its own (an arena
-    over twice the prediction): (model, applied model, graph, predicted peak)."""
+    over twice the prediction) under `budget`: (model, applied model, graph, predicted peak)."""
     nodes = [
         oh.make_node("Sin" if k % 2 else "Cos", [f"t{k}"], [f"t{k + 1}"], name=f"op{k}") for k in range(8)
     ]
@@ -314,7 +314,7 @@ def spread_chain(tmp_path: Path) -> tuple[Path, Path, Graph, int]:
     onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=9), str(path))
     graph = from_onnx_file(path)
     out = tmp_path / "out.onnx"
-    sched = apply_planned_order(path, graph, tmp_path / "p.json", out, spread=True)
+    sched = apply_planned_order(path, graph, tmp_path / "p.json", out, spread=True, budget=budget)
     predicted = simulate(graph, sched.steps).peak_memory
     assert read_metadata(out)[PLAN_KEY]["arena"] >= 2 * predicted
     return path, out, graph, predicted
@@ -342,6 +342,25 @@ def test_the_plan_executors_arena_is_backed_by_base_pages(tmp_path: Path) -> Non
     ex.run(make_inputs(onnx.load(str(path)), graph=graph))
     assert ex.arena.nbytes >= 8 << 20
     assert huge_page_bytes(ex.arena) == 0
+
+
+def test_the_plan_executor_hands_pages_back_only_to_keep_the_budget(tmp_path: Path) -> None:
+    """The resident set is held to the schedule's budget, not below it: under a budget the
+    wide arena fits, the model runs in one session with nothing handed back; under one halfway
+    between the live peak and the arena, less is handed back than with no budget (the live
+    peak), and something still is."""
+    arena = 8 * (2 << 20)
+    handed = {}
+    # resident: the 2 MiB input
+    for name, budget in (("none", None), ("half", 5 * (2 << 20)), ("fits", arena + (4 << 20))):
+        (tmp_path / name).mkdir()
+        _, out, _, predicted = spread_chain(tmp_path / name, budget)
+        pe = PlanExecutor(out)
+        assert pe.arena_bytes >= arena
+        handed[name] = (len(pe.segments), sum(n for s in pe.segments for _, n in s.discard))
+    assert predicted < 5 * (2 << 20) < arena
+    assert handed["fits"] == (1, 0)
+    assert 0 < handed["half"][1] < handed["none"][1]
 
 
 @pytest.mark.slow

@@ -18,9 +18,11 @@ allocation is rarely packed to its lower bound; 2.6% on a transformer's step), a
 touched stays resident, so the run would peak at the arena. Where the touched pages would pass
 the live peak, a cut hands back dead pages, those written again latest first
 (:func:`page_discards`): the resident set follows the live tensors at the cost of a few page
-faults, not the arena. The model is cut into consecutive segments, one onnxruntime session
-each, a segment starting at every node before which pages are handed back
-(``madvise(MADV_DONTNEED)``).
+faults, not the arena. The resident set is held to the live peak plus what the schedule's
+budget leaves above it, so a plan whose arena fits the budget hands nothing back
+(:func:`remat_cli.execution.fit.fit_plan` solves for one). The model is cut into consecutive
+segments, one onnxruntime session each, a segment starting at every node before which pages
+are handed back (``madvise(MADV_DONTNEED)``).
 
 Workspaces. A kernel with scratch (the importer's workspace rules,
 :mod:`remat_cli.importers.onnx.workspace`) takes it from onnxruntime's allocator, not from B. The
@@ -47,7 +49,7 @@ import numpy as np
 import onnx
 from onnx import helper as oh
 
-from remat_cli.runtime.deploy import PLAN_KEY, read_metadata
+from remat_cli.runtime.deploy import PLAN_KEY, SCHEDULE_KEY, read_metadata
 from remat_cli.runtime.ort import RunFailed, open_session, session_options
 
 PAGE = mmap.PAGESIZE
@@ -84,6 +86,7 @@ class PlanExecutor:
         self.buffers = [b for b in plan["buffers"] if "tensor" in b and b["size"] > 0]
         views = _bindable(plan.get("views", []), self.buffers)
         self.arena_bytes = int(plan["arena"])
+        self.slack = budget_slack(meta.get(SCHEDULE_KEY) or {})
         self._map = base_page_arena(self.arena_bytes)
         self.arena = np.frombuffer(self._map, dtype=np.uint8, count=self.arena_bytes)
         self._views: dict[str, np.ndarray] = {}
@@ -116,7 +119,8 @@ class PlanExecutor:
     def _trim(self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping]) -> dict[int, list]:
         """node index -> [(address, bytes), ...]: the dead arena pages to hand back before that
         node, where the pages a run has touched, with the scratch of the kernel running then,
-        would lift the resident set above the plan's live peak (:func:`page_discards`).
+        would lift the resident set above the plan's live peak, plus the slack its budget leaves
+        (:func:`budget_slack`; :func:`page_discards`).
 
         A placement can leave the arena above the schedule's live peak (dynamic storage
         allocation is rarely packed to its bound), and every page a run touches stays resident,
@@ -147,7 +151,7 @@ class PlanExecutor:
             ]  # fmt: skip
             return [x for x in clipped if x[3] > x[2]]
 
-        peak = live_page_peak(pages(spans + slots), n_pages, len(nodes))
+        peak = live_page_peak(pages(spans + slots), n_pages, len(nodes)) + self.slack // PAGE
         discards = page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak)
         return {k: _runs(pick, page0) for k, pick in discards.items()}
 
@@ -262,6 +266,15 @@ class PlanExecutor:
                 changed.add(k)
                 self._fed[k] = (v, v.ctypes.data, v.shape, v.dtype)
         return changed
+
+
+def budget_slack(schedule: Mapping[str, Any]) -> int:
+    """Bytes the resident set may stay above the schedule's live peak: its budget less its
+    predicted peak (0 where either is unknown or the budget is below the peak). Dead pages
+    are handed back only to keep the budget, not to reach the live peak: a plan whose arena
+    fits the budget runs in one session, with no page written again after a hand-back."""
+    budget, peak = schedule.get("budget"), schedule.get("predicted_peak_memory")
+    return max(0, int(budget) - int(peak)) if budget is not None and peak is not None else 0
 
 
 def base_page_arena(nbytes: int) -> mmap.mmap:

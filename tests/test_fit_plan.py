@@ -1,0 +1,45 @@
+"""A schedule whose memory plan fits the budget: solved again below it where the placement
+leaves the arena above the schedule's live peak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from remat_cli.execution.fit import fit_plan
+from remat_cli.execution.runner import run_solver
+from remat_cli.importers.onnx import from_onnx_file
+from remat_cli.planning.addresses import place
+from remat_cli.planning.check import check_plan
+from remat_cli.planning.memory_plan import buffers_of
+from remat_cli.schedule import baseline
+from remat_cli.solver import SolveOptions
+
+GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
+
+
+def test_the_fitted_plan_fits_where_the_schedule_at_the_budget_does_not() -> None:
+    """Placed by best fit alone (no time for more: deterministic), greedy's schedule of the
+    transformer at 55% fits the budget and its arena does not."""
+    g = from_onnx_file(GRAPHS / "torch_transformer_train.onnx")
+    budget = int(0.55 * baseline(g).peak_memory)
+    options = SolveOptions(time_limit=2.0, seed=0, workers=1)
+    plain, _ = run_solver(g, budget, "greedy", options)
+    assert plain is not None and plain.summary.peak_memory <= budget
+    _, arena, _, _ = place(buffers_of(g, plain.steps), 64, 0.0, 1)
+    assert g.resident_bytes + arena > budget
+    fitted, _ = fit_plan(g, budget, "greedy", options, place_time=0.0)
+    assert fitted is not None and fitted.memory_plan is not None
+    assert fitted.budget == budget and fitted.solver.status != "infeasible"
+    assert g.resident_bytes + fitted.memory_plan.arena <= budget
+    check_plan(g, fitted.steps, fitted.memory_plan)
+
+
+def test_a_budget_below_every_schedule_is_not_lowered_further() -> None:
+    """Where the first schedule's live peak already passes the budget, that schedule is the
+    answer (a lower budget cannot help), with its plan."""
+    g = from_onnx_file(GRAPHS / "mlp_train.onnx")
+    options = SolveOptions(time_limit=2.0, seed=0, workers=1)
+    fitted, _ = fit_plan(g, g.resident_bytes, "greedy", options, place_time=0.0)
+    plain, _ = run_solver(g, g.resident_bytes, "greedy", options)
+    assert fitted is not None and plain is not None and fitted.memory_plan is not None
+    assert fitted.steps == plain.steps and fitted.solver.status == "infeasible"

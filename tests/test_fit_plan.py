@@ -3,15 +3,19 @@ leaves the arena above the schedule's live peak."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from remat_cli.cli import main
 from remat_cli.execution.fit import fit_plan
 from remat_cli.execution.runner import run_solver
 from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.planning.addresses import place
 from remat_cli.planning.check import check_plan
 from remat_cli.planning.memory_plan import buffers_of
-from remat_cli.schedule import baseline
+from remat_cli.schedule import Schedule, baseline
 from remat_cli.solver import SolveOptions
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
@@ -43,3 +47,38 @@ def test_a_budget_below_every_schedule_is_not_lowered_further() -> None:
     plain, _ = run_solver(g, g.resident_bytes, "greedy", options)
     assert fitted is not None and plain is not None and fitted.memory_plan is not None
     assert fitted.steps == plain.steps and fitted.solver.status == "infeasible"
+
+
+def test_remat_plan_fit_writes_a_plan_within_the_budget(tmp_path: Path) -> None:
+    model = str(GRAPHS / "torch_transformer_train.onnx")
+    s = tmp_path / "s.json"
+    runner = CliRunner()
+    got = runner.invoke(main, ["solve", model, "-b", "55%", "-s", "greedy", "-q", "-o", str(s)])
+    assert got.exit_code == 0, got.output
+    plans = {}
+    for flags in ([], ["--fit", "--solve-time-limit", "5"]):
+        out = tmp_path / f"p{len(flags)}.json"
+        got = runner.invoke(main, ["plan", model, str(s), "--time-limit", "0", "-o", str(out), *flags])
+        assert got.exit_code == 0, got.output
+        plans[bool(flags)] = Schedule.model_validate_json(out.read_text())
+    g = from_onnx_file(model)
+    budget = plans[False].budget
+    assert budget is not None and plans[True].budget == budget
+    footprint = {k: g.resident_bytes + p.memory_plan.arena for k, p in plans.items() if p.memory_plan}
+    assert footprint[False] > budget >= footprint[True]
+    check_plan(g, plans[True].steps, plans[True].memory_plan)
+
+
+def test_remat_plan_fit_refuses_a_schedule_without_a_budget(tmp_path: Path) -> None:
+    model = str(GRAPHS / "torch_transformer_train.onnx")
+    s = tmp_path / "s.json"
+    runner = CliRunner()
+    got = runner.invoke(main, ["solve", model, "-b", "100%", "-s", "checkpoint-all", "-q", "-o", str(s)])
+    assert got.exit_code == 0, got.output
+    doc = json.loads(s.read_text())
+    del doc["budget"]
+    s.write_text(json.dumps(doc))
+    out = tmp_path / "p.json"
+    got = runner.invoke(main, ["plan", model, str(s), "--fit", "-o", str(out)])
+    assert got.exit_code == 2 and "--fit needs a schedule with a budget" in got.output
+    assert not out.exists()

@@ -28,10 +28,12 @@ def fit_plan(
     alignment: int = 64,
     place_time: float = 30.0,
     tries: int = 3,
+    start: Schedule | None = None,
 ) -> tuple[Schedule | None, SolverResult]:
-    """Solve at `budget` and place every buffer (`alignment`, `place_time` seconds); while the
-    plan's footprint (resident bytes + arena) passes the budget, solve again at a budget lowered
-    by the excess and 1% of the budget more, at most `tries` solves in all.
+    """Solve at `budget` (or take `start`, a schedule `solver` made at it) and place every
+    buffer (`alignment`, `place_time` seconds); while the plan's footprint (resident bytes +
+    arena) passes the budget, solve again at a budget lowered by the excess and 1% of the budget
+    more, at most `tries` schedules in all.
 
     Returns the first schedule whose plan fits, carrying the caller's budget. Where none does
     (a later solve finds nothing, or the tries run out), the first schedule and its plan: a plan
@@ -40,8 +42,11 @@ def fit_plan(
     target = budget
     first: tuple[Schedule, SolverResult] | None = None
     result = SolverResult(steps=None, status="infeasible")
-    for _ in range(tries):
-        sched, result = run_solver(graph, target, solver, options)
+    for attempt in range(tries):
+        if attempt == 0 and start is not None:
+            sched, result = start, as_result(start)
+        else:
+            sched, result = run_solver(graph, target, solver, options)
         if sched is None or (first is not None and sched.summary.peak_memory > budget):
             break
         bufs = buffers_of(graph, sched.steps)
@@ -54,3 +59,17 @@ def fit_plan(
             return planned, result
         target -= footprint - budget + budget // 100
     return first or (None, result)
+
+
+def as_result(schedule: Schedule) -> SolverResult:
+    """What the solver of `schedule` returned, as far as the schedule records it."""
+    info = schedule.solver
+    return SolverResult(
+        steps=list(schedule.steps),
+        status=info.status,
+        backend=info.backend,
+        objective=info.objective,
+        lower_bound=info.lower_bound,
+        params=dict(info.params or {}),
+        message=info.message,
+    )

@@ -21,8 +21,9 @@ every freed tensor goes back to the OS) and one with glibc as a deployment has i
 - plan: the applied model inside its memory plan (runtime.plan_executor.PlanExecutor); with the
   mmap threshold lowered its peak is a run's after one warm-up run (as the other mmap64k rows'),
   the first run's (onnxruntime's machine code paged in on first use) is ``first_run_peak``. Its
-  prediction is ``planned_peak``: the resident bytes and the arena, or the budget where that is
-  lower (the executor hands dead pages back to keep it), or the live peak where that is higher
+  prediction is ``planned_peak``, the executor's own (``PlanExecutor.held_bytes``): the resident
+  bytes, the arena and the largest kernel scratch, or the budget where that is lower (dead pages
+  are handed back to keep it), or the live peak where that is higher
 
     python3 bench/runtime_deploy.py [--models a.onnx b.onnx ...] [--fractions 1,0.7,0.5] [--repeat 5]
         [--solver auto] [--time-limit 30] [--cost profile]
@@ -49,6 +50,7 @@ from remat_cli.importers.onnx import from_onnx_file  # noqa: E402
 from remat_cli.runtime.deploy import apply_schedule  # noqa: E402
 from remat_cli.runtime.model import feed_names, make_inputs  # noqa: E402
 from remat_cli.runtime.optimize import optimize_model  # noqa: E402
+from remat_cli.runtime.plan_executor import PlanExecutor  # noqa: E402
 from remat_cli.runtime.session import measure  # noqa: E402
 from remat_cli.schedule import baseline, simulate  # noqa: E402
 from remat_cli.solver import SolveOptions  # noqa: E402
@@ -88,9 +90,9 @@ def cell(src: Path, opt: Path, fraction: float, args: argparse.Namespace, d: Pat
     feeds = make_inputs(model, graph=graph)
     np.savez(d / "in.npz", **{k: feeds[k] for k in feed_names(model)})
     sim, base = simulate(graph, sched.steps), baseline(graph)
-    # the plan executor holds the resident set to the budget, or the live peak where that is
-    # above it, and never needs more than the resident bytes and the arena
-    planned = min(graph.resident_bytes + sched.memory_plan.arena, max(sim.peak_memory, budget))
+    # the plan executor's own figure: the arena and the largest kernel scratch, or the budget
+    # (the live peak where that is above it) it hands dead pages back to keep
+    planned = graph.resident_bytes + PlanExecutor(app).held_bytes
     overhead = sim.cost / base.cost - 1
     rows = []
     for malloc, group in GROUPS.items():

@@ -32,6 +32,7 @@ from remat_cli.runtime import PlanExecutor, run_schedule
 from remat_cli.runtime.deploy import ORT_CONFIG, PLAN_KEY, deployed_session, read_metadata
 from remat_cli.runtime.model import make_inputs, recomputed_copies
 from remat_cli.runtime.ort import open_session, session_options
+from remat_cli.runtime.plan_executor import PAGE
 from remat_cli.runtime.session import measure
 from remat_cli.schedule import Schedule, simulate, steps_from_sequence
 from remat_cli.solver import SolverResult
@@ -350,7 +351,7 @@ def test_the_plan_executor_hands_pages_back_only_to_keep_the_budget(tmp_path: Pa
     between the live peak and the arena, less is handed back than with no budget (the live
     peak), and something still is."""
     arena = 8 * (2 << 20)
-    handed = {}
+    handed, held = {}, {}
     # resident: the 2 MiB input
     for name, budget in (("none", None), ("half", 5 * (2 << 20)), ("fits", arena + (4 << 20))):
         (tmp_path / name).mkdir()
@@ -358,9 +359,13 @@ def test_the_plan_executor_hands_pages_back_only_to_keep_the_budget(tmp_path: Pa
         pe = PlanExecutor(out)
         assert pe.arena_bytes >= arena
         handed[name] = (len(pe.segments), sum(n for s in pe.segments for _, n in s.discard))
+        held[name] = pe.held_bytes
     assert predicted < 5 * (2 << 20) < arena
     assert handed["fits"] == (1, 0)
     assert 0 < handed["half"][1] < handed["none"][1]
+    # what a run holds: the whole arena, or the budget less the resident input
+    assert held["fits"] == pe.arena_bytes // PAGE * PAGE
+    assert 4 * (2 << 20) <= held["half"] <= 1.003 * 4 * (2 << 20)
 
 
 @pytest.mark.slow

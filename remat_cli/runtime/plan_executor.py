@@ -96,7 +96,10 @@ class PlanExecutor:
         for v in views:
             self._views[v["tensor"]] = self._views[v["alias_of"]].reshape(v["shape"])
             self._dtypes[v["tensor"]] = np.dtype(v["dtype"])
-        cuts = self._trim(model.graph.node, plan["buffers"])
+        #: the most bytes of arena pages and kernel scratch a run holds (its peak, less the
+        #: resident bytes): the arena's pages and the largest scratch, or the level dead pages
+        #: are handed back to keep, whichever is lower
+        cuts, self.held_bytes = self._trim(model.graph.node, plan["buffers"])
         self.providers = list(providers or ["CPUExecutionProvider"])
         try:
             self.segments = self._segments(model, cuts, threads)
@@ -116,11 +119,13 @@ class PlanExecutor:
         self._views[name] = self.arena[offset : offset + n].view(dt).reshape(shape)
         self._dtypes[name] = dt
 
-    def _trim(self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping]) -> dict[int, list]:
-        """node index -> [(address, bytes), ...]: the dead arena pages to hand back before that
+    def _trim(
+        self, nodes: Sequence[onnx.NodeProto], buffers: Sequence[Mapping]
+    ) -> tuple[dict[int, list], int]:
+        """(node index -> [(address, bytes), ...]: the dead arena pages to hand back before that
         node, where the pages a run has touched, with the scratch of the kernel running then,
         would lift the resident set above the plan's live peak, plus the slack its budget leaves
-        (:func:`budget_slack`; :func:`page_discards`).
+        (:func:`budget_slack`; :func:`page_discards`); the bytes of pages a run then holds).
 
         A placement can leave the arena above the schedule's live peak (dynamic storage
         allocation is rarely packed to its bound), and every page a run touches stays resident,
@@ -153,7 +158,8 @@ class PlanExecutor:
 
         peak = live_page_peak(pages(spans + slots), n_pages, len(nodes)) + self.slack // PAGE
         discards = page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak)
-        return {k: _runs(pick, page0) for k, pick in discards.items()}
+        held = min(n_pages + max(scratch.values(), default=0), peak + max(1, peak // 400))
+        return {k: _runs(pick, page0) for k, pick in discards.items()}, held * PAGE
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
         """tensor -> (start address, end address, index of the last node that reads it), for

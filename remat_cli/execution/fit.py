@@ -47,13 +47,16 @@ def fit_plan(
     *,
     alignment: int = 64,
     place_time: float = 30.0,
+    level_time: float = 30.0,
     tries: int = 3,
     start: Schedule | None = None,
 ) -> tuple[Schedule | None, SolverResult]:
     """Solve at `budget` (or take `start`, a schedule `solver` made at it) and place every
     buffer (`alignment`, `place_time` seconds); while the plan's footprint (resident bytes +
-    arena) passes the budget, solve again at a budget lowered by the excess and 1% of the budget
-    more, at most `tries` schedules in all.
+    arena) passes the budget, level the schedule and place it again (:func:`level_to_fit`,
+    `level_time` seconds for each levelling or repair), and where that does not fit either,
+    solve again at a budget lowered by the excess and 1% of the budget more, at most `tries`
+    schedules in all.
 
     Returns the first schedule whose plan fits, carrying the caller's budget. Where none does
     (a later solve finds nothing, or the tries run out), the first schedule and its plan: a plan
@@ -78,7 +81,9 @@ def fit_plan(
         if footprint <= budget or sched.summary.peak_memory > budget:
             return planned, result
         gap = footprint - sched.summary.peak_memory
-        levelled = level_to_fit(graph, budget, sched.steps, gap, alignment, place_time, options.workers or 1)
+        levelled = level_to_fit(
+            graph, budget, sched.steps, gap, alignment, (place_time, level_time), options.workers or 1
+        )
         if levelled is not None:
             steps, bufs, offsets = levelled
             fitted = dataclasses.replace(
@@ -99,18 +104,19 @@ def level_to_fit(
     steps: Sequence[Step],
     gap: int,
     alignment: int,
-    place_time: float,
+    seconds: tuple[float, float],
     workers: int,
 ) -> tuple[list[Step], list[Buffer], list[int]] | None:
     """`steps` levelled until their plan fits `budget` (module docstring): (steps, buffers,
     offsets), or None after LEVEL_ROUNDS placements that do not fit, or where recomputation
     cannot bring the schedule under the level. `gap`: the first placement's footprint less the
-    schedule's live peak, the band under the peak that each round levels; levelling, repairing
-    and placing take at most `place_time` seconds each."""
+    schedule's live peak, the band under the peak that each round levels; `seconds`: the most
+    each placement takes, and each levelling or repair."""
+    place_time, level_time = seconds
     band = gap
     for _ in range(LEVEL_ROUNDS):
         peak = simulate(graph, steps).peak_memory
-        steps = level(graph, steps, min(peak, budget) - band, time.monotonic() + place_time)
+        steps = level(graph, steps, min(peak, budget) - band, time.monotonic() + level_time)
         bufs = buffers_of(graph, steps)
         offsets, arena, _, _ = place(bufs, alignment, place_time, workers)
         if graph.resident_bytes + arena <= budget:
@@ -118,7 +124,7 @@ def level_to_fit(
         # what order alone cannot take off the peak, recomputation does, to where this
         # placement's gap (and a margin: a lower level places a little differently) would fit
         mark = budget - (graph.resident_bytes + arena - peak) - budget // 200
-        fixed = repair(graph, steps, mark, time.monotonic() + place_time) if peak > mark else steps
+        fixed = repair(graph, steps, mark, time.monotonic() + level_time) if peak > mark else steps
         if fixed is None:
             return None
         steps = fixed

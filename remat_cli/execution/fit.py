@@ -37,6 +37,8 @@ from remat_cli.solvers.fastsa.repair import repair
 
 #: rounds of levelling and placing again before the solver is asked for less than the budget
 LEVEL_ROUNDS = 2
+#: what the message of a levelled schedule's solver says
+LEVELLED = "levelled to fit its memory plan"
 
 
 def fit_plan(
@@ -91,7 +93,7 @@ def fit_plan(
                 steps=steps,
                 objective=cost_if(result, sched, simulate(graph, steps).cost),
                 memory_plan=make_plan(bufs, offsets, alignment),
-                message="; ".join(filter(None, [result.message, "levelled to fit its memory plan"])),
+                message="; ".join(filter(None, [result.message, LEVELLED])),
             )
             return build_schedule(graph, budget, solver, fitted, sched.solver.seconds), fitted
         target -= footprint - budget + budget // 100

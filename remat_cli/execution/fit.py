@@ -10,14 +10,16 @@ run. Solving a little below the budget costs a few recomputations instead, once.
 
 Before solving again, the schedule is levelled (:mod:`remat_cli.execution.level`): a solver
 that fills the budget leaves a plateau of near-peak instants that no placement packs tightly,
-and most of it is the order, which costs nothing to change. The placement's gap (footprint
-less live peak) sets the band: every instant in it, under the peak, is brought below it
-by moving operators, and the schedule placed again; where it still does not fit, the peak that
-order cannot move is lowered by recomputation (:func:`remat_cli.solvers.fastsa.repair.repair`)
-to where that placement's gap would fit, and the band under the new peak levelled in turn. On
-MobileNet-v2's training step at 50% (fastsa, 30 s) levelling alone takes the footprint from
-5.6% above the budget to 40 bytes below it, at the same cost (the plan at the arena's bound);
-the solver asked for less than the budget finds nothing lower than 4% above it.
+and most of it is the order, which costs nothing to change. The placement's gap (footprint less
+live peak, at least 1% of the budget) sets the band under the peak that is levelled, and the
+schedule is placed again; each schedule solved below the budget is levelled in turn. Where
+none fits (a solver that cannot go below the budget), the first levelled schedule is repaired
+below its peak by recomputation (:func:`remat_cli.solvers.fastsa.repair.repair`), to where its
+placement's gap would fit, and levelled again. On MobileNet-v2's training step at 50% (fastsa,
+30 s) levelling alone takes the footprint from 5.6% above the budget to 50 bytes below it, at
+the same cost (the plan at the arena's bound); the solver asked for less than the budget finds
+nothing lower than 4% above it. The repair comes last as its greedy choice of recomputations
+can cost far more than a solver's at a lower budget.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from remat_cli.execution.level import level
 from remat_cli.execution.runner import build_schedule, run_solver
@@ -35,10 +38,27 @@ from remat_cli.schedule import Schedule, Step, simulate
 from remat_cli.solver import SolveOptions, SolverResult
 from remat_cli.solvers.fastsa.repair import repair
 
-#: rounds of levelling and placing again before the solver is asked for less than the budget
-LEVEL_ROUNDS = 2
+#: rounds of recomputing, levelling and placing again, where neither levelling nor solving again
+#: gives a plan that fits
+REPAIR_ROUNDS = 2
 #: what the message of a levelled schedule's solver says
 LEVELLED = "levelled to fit its memory plan"
+
+
+@dataclass
+class Placed:
+    """A schedule's steps with their buffers' offsets, its plan's footprint and its live peak."""
+
+    steps: list[Step]
+    buffers: list[Buffer]
+    offsets: list[int]
+    footprint: int
+    peak: int
+
+    @property
+    def gap(self) -> int:
+        """The footprint above the live peak: what the placement adds."""
+        return self.footprint - self.peak
 
 
 def fit_plan(
@@ -55,18 +75,19 @@ def fit_plan(
 ) -> tuple[Schedule | None, SolverResult]:
     """Solve at `budget` (or take `start`, a schedule `solver` made at it) and place every
     buffer (`alignment`, `place_time` seconds); while the plan's footprint (resident bytes +
-    arena) passes the budget, level the schedule and place it again (:func:`level_to_fit`,
-    `level_time` seconds for each levelling or repair), and where that does not fit either,
-    solve again at a budget lowered by the excess and 1% of the budget more, at most `tries`
-    schedules in all.
+    arena) passes the budget, level the schedule and place it again (`level_time` seconds),
+    and where that does not fit either, solve again at a budget lowered by the excess and 1% of
+    the budget more, at most `tries` schedules in all. Where none of them fits, the first
+    levelled schedule is repaired below its peak (:func:`recompute_to_fit`).
 
     Returns the first schedule whose plan fits, carrying the caller's budget. Where none does
     (a later solve finds nothing, or the tries run out), the first schedule and its plan: a plan
     executor then hands dead pages back to keep the budget. Where even the first schedule's live
     peak passes the budget, no lower budget can help, and it is returned as it is."""
     target = budget
-    first: tuple[Schedule, SolverResult] | None = None
+    first: tuple[Schedule, SolverResult, Placed] | None = None
     result = SolverResult(steps=None, status="infeasible")
+    times, workers = (place_time, level_time), options.workers or 1
     for attempt in range(tries):
         if attempt == 0 and start is not None:
             sched, result = start, as_result(start)
@@ -75,70 +96,96 @@ def fit_plan(
         if sched is None or (first is not None and sched.summary.peak_memory > budget):
             break
         bufs = buffers_of(graph, sched.steps)
-        offsets, arena, _, _ = place(bufs, alignment, place_time, options.workers or 1)
+        offsets, arena, _, _ = place(bufs, alignment, place_time, workers)
         result.memory_plan = make_plan(bufs, offsets, alignment)
         planned = build_schedule(graph, budget, solver, result, sched.solver.seconds)
-        first = first or (planned, result)
         footprint = graph.resident_bytes + arena
         if footprint <= budget or sched.summary.peak_memory > budget:
             return planned, result
-        gap = footprint - sched.summary.peak_memory
-        levelled = level_to_fit(
-            graph, budget, sched.steps, gap, alignment, (place_time, level_time), options.workers or 1
-        )
-        if levelled is not None:
-            steps, bufs, offsets = levelled
-            fitted = dataclasses.replace(
-                result,
-                steps=steps,
-                objective=cost_if(result, sched, simulate(graph, steps).cost),
-                memory_plan=make_plan(bufs, offsets, alignment),
-                message="; ".join(filter(None, [result.message, LEVELLED])),
-            )
-            return build_schedule(graph, budget, solver, fitted, sched.solver.seconds), fitted
+        band = max(footprint - sched.summary.peak_memory, budget // 100)
+        levelled = level_and_place(graph, budget, sched.steps, band, alignment, times, workers)
+        if levelled.footprint <= budget:
+            return with_plan(graph, budget, solver, sched, result, levelled, alignment)
+        first = first or (planned, result, levelled)
         target -= footprint - budget + budget // 100
-    return first or (None, result)
+    if first is None:
+        return None, result
+    planned, result, levelled = first
+    repaired = recompute_to_fit(graph, budget, levelled, alignment, times, workers)
+    if repaired is None:
+        return planned, result
+    return with_plan(graph, budget, solver, planned, result, repaired, alignment)
 
 
-def level_to_fit(
+def level_and_place(
     graph: Graph,
     budget: int,
     steps: Sequence[Step],
-    gap: int,
+    band: int,
     alignment: int,
     seconds: tuple[float, float],
     workers: int,
-) -> tuple[list[Step], list[Buffer], list[int]] | None:
-    """`steps` levelled until their plan fits `budget` (module docstring): (steps, buffers,
-    offsets), or None after LEVEL_ROUNDS placements that do not fit, or where recomputation
-    cannot bring the schedule under the level. `gap`: the first placement's footprint less the
-    schedule's live peak, the band under the peak that each round levels; `seconds`: the most
-    each placement takes, and each levelling or repair."""
+) -> Placed:
+    """`steps` levelled under the `band` below their peak (or the budget, the lower) and placed
+    (`seconds`: the most the placement and the levelling take)."""
     place_time, level_time = seconds
-    band = gap
-    for _ in range(LEVEL_ROUNDS):
-        peak = simulate(graph, steps).peak_memory
-        steps = level(graph, steps, min(peak, budget) - band, time.monotonic() + level_time)
-        bufs = buffers_of(graph, steps)
-        offsets, arena, _, _ = place(bufs, alignment, place_time, workers)
-        if graph.resident_bytes + arena <= budget:
-            return list(steps), bufs, offsets
-        # what order alone cannot take off the peak, recomputation does, to where this
-        # placement's gap (and a margin: a lower level places a little differently) would fit
-        mark = budget - (graph.resident_bytes + arena - peak) - budget // 200
-        fixed = repair(graph, steps, mark, time.monotonic() + level_time) if peak > mark else steps
+    peak = simulate(graph, steps).peak_memory
+    steps = level(graph, steps, min(peak, budget) - band, time.monotonic() + level_time)
+    bufs = buffers_of(graph, steps)
+    offsets, arena, _, _ = place(bufs, alignment, place_time, workers)
+    return Placed(
+        list(steps), bufs, offsets, graph.resident_bytes + arena, simulate(graph, steps).peak_memory
+    )
+
+
+def recompute_to_fit(
+    graph: Graph,
+    budget: int,
+    placed: Placed,
+    alignment: int,
+    seconds: tuple[float, float],
+    workers: int,
+) -> Placed | None:
+    """`placed` repaired below its peak by recomputation (:func:`remat_cli.solvers.fastsa.repair.
+    repair`) to where its placement's gap, and a margin of 0.5% of the budget, would fit, then
+    levelled under the first gap's band below the new peak and placed again: the first that
+    fits, or None after REPAIR_ROUNDS (or where the repair finds no schedule). Each round's
+    repair takes at most the levelling's seconds."""
+    band = max(placed.gap, budget // 100)
+    for _ in range(REPAIR_ROUNDS):
+        mark = budget - placed.gap - budget // 200
+        fixed = repair(graph, placed.steps, mark, time.monotonic() + seconds[1])
         if fixed is None:
             return None
-        steps = fixed
+        placed = level_and_place(graph, budget, fixed, band, alignment, seconds, workers)
+        if placed.footprint <= budget:
+            return placed
     return None
 
 
-def cost_if(result: SolverResult, schedule: Schedule, cost: float) -> float | None:
-    """`cost` as the objective of a result whose objective was its schedule's cost (None for
-    one that minimised something else, or claimed nothing)."""
-    if result.objective is None or abs(result.objective - schedule.summary.cost) > 1e-9 * max(1.0, cost):
-        return None
-    return cost
+def with_plan(
+    graph: Graph,
+    budget: int,
+    solver: str,
+    schedule: Schedule,
+    result: SolverResult,
+    placed: Placed,
+    alignment: int,
+) -> tuple[Schedule, SolverResult]:
+    """The schedule of `placed`'s steps and plan, and the result it comes from: `result`, with
+    those steps, their cost as its objective where it was its schedule's cost, and LEVELLED."""
+    cost = simulate(graph, placed.steps).cost
+    same = result.objective is not None and abs(result.objective - schedule.summary.cost) <= 1e-9 * max(
+        1.0, cost
+    )
+    fitted = dataclasses.replace(
+        result,
+        steps=placed.steps,
+        objective=cost if same else None,
+        memory_plan=make_plan(placed.buffers, placed.offsets, alignment),
+        message="; ".join(filter(None, [result.message, LEVELLED])),
+    )
+    return build_schedule(graph, budget, solver, fitted, schedule.solver.seconds), fitted
 
 
 def as_result(schedule: Schedule) -> SolverResult:

@@ -10,13 +10,13 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from remat_cli.cli import main
-from remat_cli.execution.fit import fit_plan
+from remat_cli.execution.fit import fit_plan, level_and_place, recompute_to_fit
 from remat_cli.execution.level import level
 from remat_cli.execution.runner import run_solver
 from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.planning.addresses import place
 from remat_cli.planning.check import check_plan
-from remat_cli.planning.memory_plan import buffers_of
+from remat_cli.planning.memory_plan import buffers_of, make_plan
 from remat_cli.schedule import Schedule, baseline, simulate
 from remat_cli.solver import SolveOptions
 
@@ -121,3 +121,19 @@ def test_fit_plan_levels_before_it_solves_again() -> None:
     check_plan(g, fitted.steps, fitted.memory_plan)
     unlevelled, _ = fit_plan(g, budget, "greedy", options, place_time=0.0, level_time=0.0)
     assert unlevelled is not None and "levelled" not in (unlevelled.solver.message or "")
+
+
+def test_recomputing_below_the_peak_fits_what_levelling_does_not() -> None:
+    """Greedy's schedule of the transformer export at 50%, levelled and best fitted, still
+    passes the budget; repaired below its peak and levelled again, its plan fits, at a lower
+    live peak and a higher cost."""
+    g = from_onnx_file(GRAPHS / "torch_transformer_train.onnx")
+    budget = int(0.5 * baseline(g).peak_memory)
+    plain, _ = run_solver(g, budget, "greedy", SolveOptions(time_limit=2.0, seed=0, workers=1))
+    assert plain is not None
+    levelled = level_and_place(g, budget, plain.steps, budget // 100, 64, (0.0, 60.0), 1)
+    assert levelled.footprint > budget >= levelled.peak
+    repaired = recompute_to_fit(g, budget, levelled, 64, (0.0, 60.0), 1)
+    assert repaired is not None and repaired.footprint <= budget and repaired.peak < levelled.peak
+    assert simulate(g, repaired.steps).cost > plain.summary.cost
+    check_plan(g, repaired.steps, make_plan(repaired.buffers, repaired.offsets, 64))

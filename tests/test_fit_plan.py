@@ -133,7 +133,7 @@ def test_recomputing_below_the_peak_fits_what_levelling_does_not() -> None:
     assert plain is not None
     levelled = level_and_place(g, budget, plain.steps, budget // 100, 64, (0.0, 60.0), 1)
     assert levelled.footprint > budget >= levelled.peak
-    repaired = recompute_to_fit(g, budget, levelled, 64, (0.0, 60.0), 1)
+    repaired = recompute_to_fit(g, budget, levelled, budget // 100, 64, (0.0, 60.0), 1)
     assert repaired is not None and repaired.footprint <= budget and repaired.peak < levelled.peak
     assert simulate(g, repaired.steps).cost > plain.summary.cost
     check_plan(g, repaired.steps, make_plan(repaired.buffers, repaired.offsets, 64))

@@ -85,7 +85,7 @@ def fit_plan(
     executor then hands dead pages back to keep the budget. Where even the first schedule's live
     peak passes the budget, no lower budget can help, and it is returned as it is."""
     target = budget
-    first: tuple[Schedule, SolverResult, Placed] | None = None
+    first: tuple[Schedule, SolverResult, Placed, int] | None = None
     result = SolverResult(steps=None, status="infeasible")
     times, workers = (place_time, level_time), options.workers or 1
     for attempt in range(tries):
@@ -106,12 +106,12 @@ def fit_plan(
         levelled = level_and_place(graph, budget, sched.steps, band, alignment, times, workers)
         if levelled.footprint <= budget:
             return with_plan(graph, budget, solver, sched, result, levelled, alignment)
-        first = first or (planned, result, levelled)
+        first = first or (planned, result, levelled, band)
         target -= footprint - budget + budget // 100
     if first is None:
         return None, result
-    planned, result, levelled = first
-    repaired = recompute_to_fit(graph, budget, levelled, alignment, times, workers)
+    planned, result, levelled, band = first
+    repaired = recompute_to_fit(graph, budget, levelled, band, alignment, times, workers)
     if repaired is None:
         return planned, result
     return with_plan(graph, budget, solver, planned, result, repaired, alignment)
@@ -142,16 +142,16 @@ def recompute_to_fit(
     graph: Graph,
     budget: int,
     placed: Placed,
+    band: int,
     alignment: int,
     seconds: tuple[float, float],
     workers: int,
 ) -> Placed | None:
     """`placed` repaired below its peak by recomputation (:func:`remat_cli.solvers.fastsa.repair.
     repair`) to where its placement's gap, and a margin of 0.5% of the budget, would fit, then
-    levelled under the first gap's band below the new peak and placed again: the first that
-    fits, or None after REPAIR_ROUNDS (or where the repair finds no schedule). Each round's
-    repair takes at most the levelling's seconds."""
-    band = max(placed.gap, budget // 100)
+    levelled under the `band` below the new peak and placed again: the first that fits, or
+    None after REPAIR_ROUNDS (or where the repair finds no schedule). Each round's repair takes
+    at most the levelling's seconds."""
     for _ in range(REPAIR_ROUNDS):
         mark = budget - placed.gap - budget // 200
         fixed = repair(graph, placed.steps, mark, time.monotonic() + seconds[1])

@@ -4,18 +4,20 @@ leaves the arena above the schedule's live peak."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from remat_cli.cli import main
-from remat_cli.execution.fit import fit_plan
+from remat_cli.execution.fit import fit_plan, level_and_place, recompute_to_fit
+from remat_cli.execution.level import level
 from remat_cli.execution.runner import run_solver
 from remat_cli.importers.onnx import from_onnx_file
 from remat_cli.planning.addresses import place
 from remat_cli.planning.check import check_plan
-from remat_cli.planning.memory_plan import buffers_of
-from remat_cli.schedule import Schedule, baseline
+from remat_cli.planning.memory_plan import buffers_of, make_plan
+from remat_cli.schedule import Schedule, baseline, simulate
 from remat_cli.solver import SolveOptions
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
@@ -82,3 +84,56 @@ def test_remat_plan_fit_refuses_a_schedule_without_a_budget(tmp_path: Path) -> N
     got = runner.invoke(main, ["plan", model, str(s), "--fit", "-o", str(out)])
     assert got.exit_code == 2 and "--fit needs a schedule with a budget" in got.output
     assert not out.exists()
+
+
+def test_levelling_keeps_the_computations_and_packs_the_plateau() -> None:
+    """Greedy's schedule of the MLP export at 50% sits near its peak over many instants: its
+    best-fit plan passes the budget. Levelled under the band that plan's gap spans, the same
+    computations in another order place (best fit again) within the budget, at a peak no higher."""
+    g = from_onnx_file(GRAPHS / "torch_mlp_train.onnx")
+    budget = int(0.5 * baseline(g).peak_memory)
+    plain, _ = run_solver(g, budget, "greedy", SolveOptions(time_limit=2.0, seed=0, workers=1))
+    assert plain is not None
+    peak = plain.summary.peak_memory
+    _, arena, _, _ = place(buffers_of(g, plain.steps), 64, 0.0, 1)
+    assert g.resident_bytes + arena > budget >= peak
+    steps = level(g, plain.steps, peak - (g.resident_bytes + arena - peak))
+    computed = Counter(s.node for s in steps if s.op == "compute")
+    assert computed == Counter(s.node for s in plain.steps if s.op == "compute")
+    assert simulate(g, steps).peak_memory <= peak
+    _, levelled, _, _ = place(buffers_of(g, steps), 64, 0.0, 1)
+    assert g.resident_bytes + levelled <= budget
+
+
+def test_fit_plan_levels_before_it_solves_again() -> None:
+    """The same cell through fit_plan: the plan that fits is greedy's schedule levelled, at
+    greedy's cost; with no time to level, it is a schedule solved again below the budget."""
+    g = from_onnx_file(GRAPHS / "torch_mlp_train.onnx")
+    budget = int(0.5 * baseline(g).peak_memory)
+    options = SolveOptions(time_limit=2.0, seed=0, workers=1)
+    plain, _ = run_solver(g, budget, "greedy", options)
+    assert plain is not None
+    fitted, _ = fit_plan(g, budget, "greedy", options, place_time=0.0, level_time=30.0)
+    assert fitted is not None and fitted.memory_plan is not None
+    assert g.resident_bytes + fitted.memory_plan.arena <= budget
+    assert fitted.summary.cost == plain.summary.cost and fitted.steps != plain.steps
+    assert "levelled" in (fitted.solver.message or "")
+    check_plan(g, fitted.steps, fitted.memory_plan)
+    unlevelled, _ = fit_plan(g, budget, "greedy", options, place_time=0.0, level_time=0.0)
+    assert unlevelled is not None and "levelled" not in (unlevelled.solver.message or "")
+
+
+def test_recomputing_below_the_peak_fits_what_levelling_does_not() -> None:
+    """Greedy's schedule of the transformer export at 50%, levelled and best fitted, still
+    passes the budget; repaired below its peak and levelled again, its plan fits, at a lower
+    live peak and a higher cost."""
+    g = from_onnx_file(GRAPHS / "torch_transformer_train.onnx")
+    budget = int(0.5 * baseline(g).peak_memory)
+    plain, _ = run_solver(g, budget, "greedy", SolveOptions(time_limit=2.0, seed=0, workers=1))
+    assert plain is not None
+    levelled = level_and_place(g, budget, plain.steps, budget // 100, 64, (0.0, 60.0), 1)
+    assert levelled.footprint > budget >= levelled.peak
+    repaired = recompute_to_fit(g, budget, levelled, budget // 100, 64, (0.0, 60.0), 1)
+    assert repaired is not None and repaired.footprint <= budget and repaired.peak < levelled.peak
+    assert simulate(g, repaired.steps).cost > plain.summary.cost
+    check_plan(g, repaired.steps, make_plan(repaired.buffers, repaired.offsets, 64))

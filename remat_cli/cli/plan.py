@@ -58,9 +58,10 @@ from remat_cli.solver import SolveOptions, usable_cores
 @click.option(
     "--fit",
     is_flag=True,
-    help="Where the resident bytes and the arena pass the schedule's budget, solve again with its "
-    "solver and options at a budget lowered by the excess (at most twice); the first plan that fits "
-    "is written, else the schedule's own.",
+    help="Where the resident bytes and the arena pass the schedule's budget, level the schedule (its "
+    "operators reordered under its peak, at no cost; a little recomputation where that is not "
+    "enough) and place it again, then solve again with its solver and options at a budget lowered "
+    "by the excess (at most twice); the first plan that fits is written, else the schedule's own.",
 )
 @click.option(
     "--solve-time-limit",
@@ -119,13 +120,14 @@ def plan(
 def fitted(
     g: Graph, s: Schedule, alignment: int, place_time: float, solve_time: float, workers: int
 ) -> Schedule:
-    """`s` with a memory plan fitted to its budget: its own, or that of the schedule its solver
-    finds below the budget (:func:`remat_cli.execution.fit.fit_plan`)."""
+    """`s` with a memory plan fitted to its budget: its own, its own levelled (reordered, and
+    where that is not enough a little recomputed), or that of the schedule its solver finds
+    below the budget (:func:`remat_cli.execution.fit.fit_plan`)."""
     if s.budget is None:
         raise BadInput("--fit needs a schedule with a budget")
     if s.solver.name not in registry.names():
         raise BadInput(f"--fit solves again with the schedule's solver, and {s.solver.name!r} is not one")
-    from remat_cli.execution.fit import fit_plan
+    from remat_cli.execution.fit import LEVELLED, fit_plan
 
     solver = registry.get(s.solver.name)
     declared = {p.name for p in solver.params}
@@ -137,8 +139,9 @@ def fitted(
         )
     assert best is not None  # fit_plan places `start` at least
     if best.steps != s.steps:
+        how = "levelled" if LEVELLED in (best.solver.message or "") else "solved again below the budget"
         err.print(
-            f"--fit: solved again below the budget: peak {best.summary.peak_memory:,} B (was "
+            f"--fit: {how}: peak {best.summary.peak_memory:,} B (was "
             f"{s.summary.peak_memory:,} B), overhead {best.summary.overhead:.2%} (was {s.summary.overhead:.2%})"
         )
     fits = g.resident_bytes + best.memory_plan.arena <= s.budget if best.memory_plan else False

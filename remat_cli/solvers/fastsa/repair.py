@@ -50,7 +50,7 @@ INSTANTS = 4
 COST_EPS = 1e-4
 
 
-class _Ops:
+class Ops:
     """The graph's operators as plain lookups (scoring thousands of sequences reads them often)."""
 
     def __init__(self, graph: Graph) -> None:
@@ -64,10 +64,10 @@ class _Ops:
         self.outputs = frozenset(graph.outputs)
 
 
-class _Seq:
+class SeqMemory:
     """Memory at each compute instant of an operator sequence, as steps_from_sequence frees."""
 
-    def __init__(self, ops: _Ops, seq: list[str]) -> None:
+    def __init__(self, ops: Ops, seq: list[str]) -> None:
         self.ops, self.seq = ops, seq
         n = len(seq)
         #: value -> [production index, last index live] of each production
@@ -123,7 +123,7 @@ class _Seq:
         return chain if all(need(v) for v in values) else None
 
 
-def _moves(state: _Seq, p: int) -> list[list[str]]:
+def _moves(state: SeqMemory, p: int) -> list[list[str]]:
     """The sequences one evict or defer at compute instant `p` gives."""
     g, seq = state.ops.graph, state.seq
     nodes, values, outputs = g.node_map, g.value_map, set(g.outputs)
@@ -164,8 +164,8 @@ def repair(
     if graph.devices:  # one memory only: the sequence's memory model has no copies
         return None
     seq = [s.node for s in steps if s.op == "compute" and s.node is not None]
-    ops = _Ops(graph)
-    state = _Seq(ops, seq)
+    ops = Ops(graph)
+    state = SeqMemory(ops, seq)
     for _ in range(MOVES):
         over = state.over(budget)
         if over == 0:
@@ -180,7 +180,7 @@ def repair(
             for cand in _moves(state, int(p)):
                 if deadline is not None and time.monotonic() > deadline:
                     return None
-                s = _Seq(ops, cand)
+                s = SeqMemory(ops, cand)
                 gain = over - s.over(budget)
                 k = gain / (max(s.cost - state.cost, 0.0) + floor) if gain > 0 else 0.0
                 if k > key:

@@ -36,8 +36,8 @@ WINDOW = 40
 HOT = 200
 
 
-def level(graph: Graph, steps: Sequence[Step], level: int, deadline: float | None = None) -> list[Step]:
-    """`steps` reordered so that less memory lies above `level` (bytes, resident ones included),
+def level(graph: Graph, steps: Sequence[Step], mark: int, deadline: float | None = None) -> list[Step]:
+    """`steps` reordered so that less memory lies above `mark` (bytes, resident ones included),
     with the same computations and a peak no higher (module docstring). Ends when no move
     lowers it, or at `deadline` (time.monotonic()) with the moves made so far."""
     if graph.devices:  # one memory only: the sequence's memory model has no copies
@@ -50,12 +50,12 @@ def level(graph: Graph, steps: Sequence[Step], level: int, deadline: float | Non
         for p in np.argsort(-state.mem, kind="stable")[:HOT].tolist():
             if deadline is not None and time.monotonic() >= deadline:
                 return steps_from_sequence(graph, state.seq)
-            if p >= len(state.seq) or state.mem[p] <= level:
+            if p >= len(state.seq) or state.mem[p] <= mark:
                 continue
-            over, peak = state.over(level), int(state.mem.max())
+            over, peak = state.over(mark), int(state.mem.max())
             for cand in moves_across(ops, state.seq, p):
                 s = SeqMemory(ops, cand)
-                if s.over(level) < over and int(s.mem.max()) <= max(peak, level):
+                if s.over(mark) < over and int(s.mem.max()) <= max(peak, mark):
                     state, moved = s, True
                     break
     return steps_from_sequence(graph, state.seq)

@@ -15,11 +15,8 @@ live peak, at least 1% of the budget) sets the band under the peak that is level
 schedule is placed again; each schedule solved below the budget is levelled in turn. Where
 none fits (a solver that cannot go below the budget), the first levelled schedule is repaired
 below its peak by recomputation (:func:`remat_cli.solvers.fastsa.repair.repair`), to where its
-placement's gap would fit, and levelled again. On MobileNet-v2's training step at 50% (fastsa,
-30 s) levelling alone takes the footprint from 5.6% above the budget to 50 bytes below it, at
-the same cost (the plan at the arena's bound); the solver asked for less than the budget finds
-nothing lower than 4% above it. The repair comes last as its greedy choice of recomputations
-can cost far more than a solver's at a lower budget.
+placement's gap would fit, and levelled again. The repair comes last as its greedy choice of
+recomputations can cost far more than a solver's at a lower budget.
 """
 
 from __future__ import annotations

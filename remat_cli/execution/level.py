@@ -2,12 +2,11 @@
 
 A solver that minimises compute under a budget fills the budget: once the peak is under it,
 nothing in its objective lowers the memory anywhere else, and fastsa's schedules of a training
-step sit within 3% of their peak over hundreds of steps (MobileNet-v2's at 50%: 284 of 2210
-compute instants). Such a plateau is what a placement cannot pack at its bound: each near-peak
+step sit within a few percent of their peak over hundreds of steps. Such a plateau is what a placement cannot pack at its bound: each near-peak
 instant holds a different set of buffers, and no single set of offsets packs them all tightly
 (dynamic storage allocation, Garey & Johnson's SR2; MODeL, Steiner et al., ICML 2023, §4,
-places and schedules jointly for this reason). A greedy schedule of the same cell, whose peak
-is a few isolated instants, places within 0.5% of its bound; fastsa's, 9-12% above.
+places and schedules jointly for this reason), while a schedule whose peak is a few isolated
+instants places at or near its bound.
 
 Most of a plateau is the order, not the recomputations: an operator run long before its first
 consumer keeps its output live across instants that do not need it, and one run long after its

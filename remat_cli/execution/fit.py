@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from remat_cli.execution.level import level
+from remat_cli.execution.order import restore_order
 from remat_cli.execution.runner import build_schedule, run_solver
 from remat_cli.graph import Graph
 from remat_cli.planning.addresses import place
@@ -80,7 +81,8 @@ def fit_plan(
     Returns the first schedule whose plan fits, carrying the caller's budget. Where none does
     (a later solve finds nothing, or the tries run out), the first schedule and its plan: a plan
     executor then hands dead pages back to keep the budget. Where even the first schedule's live
-    peak passes the budget, no lower budget can help, and it is returned as it is."""
+    peak passes the budget, no lower budget can help: it is returned with its operators back in
+    the graph's order as far as its peak allows (:func:`in_model_order`)."""
     target = budget
     first: tuple[Schedule, SolverResult, Placed, int] | None = None
     result = SolverResult(steps=None, status="infeasible")
@@ -92,6 +94,8 @@ def fit_plan(
             sched, result = run_solver(graph, target, solver, options)
         if sched is None or (first is not None and sched.summary.peak_memory > budget):
             break
+        if sched.summary.peak_memory > budget:  # the lowest peak is all there is: the model's order
+            sched, result = in_model_order(graph, budget, solver, sched, result)
         bufs = buffers_of(graph, sched.steps)
         offsets, arena, _, _ = place(bufs, alignment, place_time, workers)
         result.memory_plan = make_plan(bufs, offsets, alignment)
@@ -183,6 +187,17 @@ def with_plan(
         message="; ".join(filter(None, [result.message, LEVELLED])),
     )
     return build_schedule(graph, budget, solver, fitted, schedule.solver.seconds), fitted
+
+
+def in_model_order(
+    graph: Graph, budget: int, solver: str, schedule: Schedule, result: SolverResult
+) -> tuple[Schedule, SolverResult]:
+    """`schedule` with its operators back in the graph's own order as far as its peak allows
+    (:func:`remat_cli.execution.order.restore_order`): where no schedule reaches the budget,
+    the solver only lowered the peak, and its order costs time the simulator does not see."""
+    steps = restore_order(graph, schedule.steps)
+    restored = dataclasses.replace(result, steps=steps)
+    return build_schedule(graph, budget, solver, restored, schedule.solver.seconds), restored
 
 
 def as_result(schedule: Schedule) -> SolverResult:

@@ -96,12 +96,19 @@ def test_restore_order_brings_a_shuffled_order_back_at_no_higher_peak() -> None:
     assert inversions(g, computed(restored)) < inversions(g, seq) // 2
 
 
-def test_remat_plan_fit_writes_a_plan_within_the_budget(tmp_path: Path) -> None:
+def solved(tmp_path: Path, budget: str, solver: str) -> tuple[str, Path, CliRunner]:
+    """The transformer export, `remat solve`'s schedule of it at `budget` written to a file,
+    and the runner that wrote it."""
     model = str(GRAPHS / "torch_transformer_train.onnx")
     s = tmp_path / "s.json"
     runner = CliRunner()
-    got = runner.invoke(main, ["solve", model, "-b", "55%", "-s", "greedy", "-q", "-o", str(s)])
+    got = runner.invoke(main, ["solve", model, "-b", budget, "-s", solver, "-q", "-o", str(s)])
     assert got.exit_code == 0, got.output
+    return model, s, runner
+
+
+def test_remat_plan_fit_writes_a_plan_within_the_budget(tmp_path: Path) -> None:
+    model, s, runner = solved(tmp_path, "55%", "greedy")
     plans = {}
     for flags in ([], ["--fit", "--solve-time-limit", "5"]):
         out = tmp_path / f"p{len(flags)}.json"
@@ -117,11 +124,7 @@ def test_remat_plan_fit_writes_a_plan_within_the_budget(tmp_path: Path) -> None:
 
 
 def test_remat_plan_fit_refuses_a_schedule_without_a_budget(tmp_path: Path) -> None:
-    model = str(GRAPHS / "torch_transformer_train.onnx")
-    s = tmp_path / "s.json"
-    runner = CliRunner()
-    got = runner.invoke(main, ["solve", model, "-b", "100%", "-s", "checkpoint-all", "-q", "-o", str(s)])
-    assert got.exit_code == 0, got.output
+    model, s, runner = solved(tmp_path, "100%", "checkpoint-all")
     doc = json.loads(s.read_text())
     del doc["budget"]
     s.write_text(json.dumps(doc))

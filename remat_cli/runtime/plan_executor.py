@@ -158,7 +158,7 @@ class PlanExecutor:
 
         peak = live_page_peak(pages(spans + slots), n_pages, len(nodes)) + self.slack // PAGE
         discards = page_discards(pages(spans), n_pages, len(nodes), [0], scratch, peak)
-        held = min(n_pages + max(scratch.values(), default=0), peak + max(1, peak // 400))
+        held = min(n_pages + max(scratch.values(), default=0), hold_limit(peak))
         return {k: _runs(pick, page0) for k, pick in discards.items()}, held * PAGE
 
     def _occupants(self, nodes: Sequence[onnx.NodeProto], where: Mapping[str, int]) -> dict[str, tuple]:
@@ -295,6 +295,11 @@ def base_page_arena(nbytes: int) -> mmap.mmap:
     return arena
 
 
+def hold_limit(peak: int) -> int:
+    """The most pages the resident set is let hold for a peak of `peak` pages: 0.25% over it."""
+    return peak + max(1, peak // 400)
+
+
 def page_discards(
     spans: Sequence[tuple[int, int, int, int]],
     n_pages: int,
@@ -321,7 +326,7 @@ def page_discards(
         written[w].append((lo, hi))
     scratch = scratch or {}
     peak = live_page_peak(spans, n_pages, n_nodes) if peak is None else peak
-    limit, cut_limit, headroom = peak + max(1, peak // 400), peak + max(1, peak // 100), peak // 100
+    limit, cut_limit, headroom = hold_limit(peak), peak + max(1, peak // 100), peak // 100
     if n_pages + max(scratch.values(), default=0) <= limit:
         return {}
     next_write = _next_writes(written, n_pages)
